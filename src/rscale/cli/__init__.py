@@ -1,0 +1,37 @@
+"""The ``rscale`` command line: thin typer commands over :mod:`rscale.api`.
+
+Every command parses its arguments, calls one API function and prints. An RscaleError becomes
+its message on stderr and a non-zero exit code; users never see a traceback for their own mistakes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rscale.cli.app import app
+from rscale.errors import RscaleError
+
+
+def main(argv=None) -> int:
+    try:
+        app(args=argv, prog_name="rscale", standalone_mode=False)
+    except RscaleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # typer's own exits (--help, usage errors)
+        return int(exc.code or 0)
+    except Exception as exc:
+        # click's usage errors (bad option, missing argument) arrive here in non-standalone mode.
+        import click
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if isinstance(exc, click.exceptions.Abort):
+            print("aborted", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

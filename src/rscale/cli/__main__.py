@@ -1,0 +1,5 @@
+import sys
+
+from rscale.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pure math: arrays in, arrays out, no I/O. Imports nothing from rscale but errors."""

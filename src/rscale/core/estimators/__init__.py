@@ -1,0 +1,6 @@
+"""Estimators: sample stats in, per-positive hardness out (one module per family)."""
+
+from rscale.core.estimators.base import HardnessEstimate
+from rscale.core.estimators.count import estimate_count
+
+__all__ = ["HardnessEstimate", "estimate_count"]

@@ -1,0 +1,30 @@
+"""The common output of every estimator: a hardness table aligned with the sample's positives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rscale.core.law import Hardness
+
+
+@dataclass(frozen=True)
+class HardnessEstimate:
+    """Per positive: estimated hardness ``x`` and the ``rule`` that produced it; per query: the
+    sample size and any fitted tail parameters (``tail``: name -> (Q,) array).
+
+    Positives keep the sample stats' order (``offsets`` as in the sample), so a row joins back to
+    its positive id.
+    """
+
+    method: str
+    x: np.ndarray
+    offsets: np.ndarray
+    rule: np.ndarray
+    n_sampled: np.ndarray
+    params: dict = field(default_factory=dict)
+    tail: dict = field(default_factory=dict)
+
+    def hardness(self) -> Hardness:
+        return Hardness.from_flat(self.x, self.offsets)

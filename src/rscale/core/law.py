@@ -1,0 +1,332 @@
+"""The scaling law: per-positive hardness -> retrieval metric at any gallery size N.
+
+Model (tail-aware evaluation paper, section 3 and appendix A). A query q has positives
+with scores s_1 >= s_2 >= ... (best first). Its distractor score law F_q gives each positive a
+*hardness* x_j = P(D >= s_j), the share of the law at or above the positive. In a gallery of N
+iid distractors the number of distractors at or above positive j is K_j ~ Binomial(N, x_j), and
+because positives are sorted, its rank is r_j = j + K_j (ties with distractors are pessimistic:
+a distractor scoring exactly s_j ranks above the positive).
+
+Two ways to turn hardness into a metric, offered as ``mode``:
+
+``plugin`` (the paper's default)
+    Replace K_j by N x_j: r_j = j + N x_j, then evaluate the metric on those ranks.
+    Fed the *realised* fractions x_j = K_j / N of a gallery it reproduces that gallery's exact
+    metric (this is how the paper's "population hardness" matched realised mAP@100M to 0.001: it
+    was read off the full gallery). Fed true population hardness it is biased low, per positive,
+    by Jensen's inequality (j/(j + E K) <= E[j/(j + K)]), by up to ~18% when N x ~ 1.
+
+``expected``
+    The exact expectation of the metric over Binomial(N, x_j) counts. Every metric here is a sum
+    over positives of a function of one positive's count (or of the best positive's count), so only
+    the marginals are needed: E[1{K <= k-j} j/(j+K)] is a short sum over the Binomial pmf, restricted
+    to a window of +-10 standard deviations around N x. With true population hardness this *is* the
+    mean realised value over galleries of size N (linearity of expectation), so it is the unbiased
+    target for a realised benchmark value; fed realised fractions it overshoots the realised value
+    (the paper's +0.004..+0.006 at 1e8).
+
+Metrics (per query; the benchmark value is the mean over queries):
+
+- ``AP`` at cut-off k (ILIAS mAP@k): sum over positives with r_j <= k of j / r_j, divided by
+  min(k, |G|), where |G| is the query's number of positives. k=None means no cut-off (divide by |G|).
+  GLDv2's official mAP@100 is the same formula with k=100.
+- ``R`` at k (image-retrieval recall@k, a *hit rate*): 1 if at least one positive is in the top k,
+  i.e. K_1 <= k - 1. Its expectation is the Binomial CDF; R@1 = P(rank 1) = (1 - x_1)^N.
+- ``Recall`` at k (IR recall): the fraction of the query's positives in the top k.
+- ``RR`` (reciprocal rank of the first positive; MRR is its mean): 1 / (1 + K_1); E[1/(1+K)]
+  has the closed form (1 - (1-x)^(N+1)) / ((N+1) x). With a cut-off k, RR is 0 beyond rank k.
+
+Example: one query with hardness [0, 1e-8] at N = 1e8 has plug-in ranks [1, 3], so
+AP@1000 = (1/1 + 2/3) / 2 = 0.8333.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rscale.core import ragged
+from rscale.errors import InvalidArgumentError
+
+MODES = ("plugin", "expected")
+METRICS = ("AP", "R", "Recall", "RR")
+
+# Window half-width, in standard deviations (plus the same number of counts), of the Binomial
+# pmf sums. Mass outside +-10 sd (Poisson-skewed tails included) is below 1e-15.
+_WINDOW_SD = 10.0
+# Largest number of pmf terms evaluated at once (bounds memory of the expected mode).
+_CHUNK_TERMS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Hardness:
+    """Per-positive hardness of a benchmark, sorted easiest-first inside each query.
+
+    Build with :meth:`from_flat`; ``x[offsets[q]:offsets[q+1]]`` are query q's positives.
+    ``query`` (query index), ``j`` (1-based position) and ``n_pos`` (positives per query)
+    are derived once so that evaluating many metrics and sizes costs no re-sorting.
+    """
+
+    x: np.ndarray
+    offsets: np.ndarray
+    query: np.ndarray
+    j: np.ndarray
+    n_pos: np.ndarray
+
+    @classmethod
+    def from_flat(cls, x, offsets) -> "Hardness":
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 1:
+            raise InvalidArgumentError("hardness must be a flat 1-D array of per-positive values")
+        off = ragged.check_offsets(offsets, x.size)
+        if not np.all(np.isfinite(x)):
+            bad = int(np.flatnonzero(~np.isfinite(x))[0])
+            raise InvalidArgumentError(f"hardness must be finite; positive {bad} is {x[bad]}")
+        if np.any((x < 0) | (x > 1)):
+            bad = int(np.flatnonzero((x < 0) | (x > 1))[0])
+            raise InvalidArgumentError(f"hardness must lie in [0, 1]; positive {bad} is {x[bad]}")
+        n_pos = np.diff(off)
+        if np.any(n_pos == 0):
+            q = int(np.flatnonzero(n_pos == 0)[0])
+            raise InvalidArgumentError(
+                f"query {q} has no positives; a metric is undefined for it. "
+                "Drop queries without positives before evaluating.")
+        order = ragged.sort_within_groups(x, off)
+        return cls(x=x[order], offsets=off, query=ragged.group_index(off),
+                   j=ragged.position_in_group(off), n_pos=n_pos)
+
+    @classmethod
+    def from_counts(cls, counts, offsets, n: float) -> "Hardness":
+        """Realised fractions K_j / N of a gallery of N distractors (exact input for ``plugin``)."""
+        counts = np.asarray(counts, dtype=np.float64)
+        if np.any(counts < 0) or np.any(counts > n):
+            raise InvalidArgumentError(f"counts must lie in [0, N={n:g}]")
+        return cls.from_flat(counts / float(n), offsets)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.n_pos.size)
+
+    @property
+    def first(self) -> np.ndarray:
+        """Hardness of each query's easiest (best-scoring) positive."""
+        return self.x[self.offsets[:-1]]
+
+
+def check_n(n) -> float:
+    """Validate a gallery size: finite and >= 1."""
+    try:
+        n = float(n)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"gallery size N must be a number, got {n!r}") from None
+    if not math.isfinite(n) or n < 1:
+        raise InvalidArgumentError(f"gallery size N must be >= 1, got {n:g}")
+    return n
+
+
+def check_k(k) -> int | None:
+    """Validate a cut-off: None (no cut-off) or an integer >= 1."""
+    if k is None:
+        return None
+    if isinstance(k, float) and not k.is_integer():
+        raise InvalidArgumentError(f"cut-off k must be a whole number >= 1, got {k}")
+    k = int(k)
+    if k < 1:
+        raise InvalidArgumentError(f"cut-off k must be >= 1, got {k}")
+    return k
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise InvalidArgumentError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    return mode
+
+
+def _integer_n(n: float) -> int:
+    """The expected mode needs an integer number of Binomial trials."""
+    return int(round(n))
+
+
+def _within(r: np.ndarray, k: int) -> np.ndarray:
+    # Plug-in ranks fed realised fractions are integers up to rounding (j + N*(K/N)).
+    return r <= k * (1.0 + 1e-12) + 1e-9
+
+
+def expected_ranks(h: Hardness, n: float) -> np.ndarray:
+    """Plug-in ranks r_j = j + N x_j (flat, in ``h``'s order)."""
+    return h.j + check_n(n) * h.x
+
+
+def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
+    """sum_{m=0}^{m_max} P(K = m) * w(m) for K ~ Binomial(n, x), elementwise.
+
+    w(m) = j / (j + m) when ``precision`` else 1 (a CDF). Terms outside +-10 sd of the mean are
+    below 1e-15 of the total and skipped; m_max < 0 gives 0.
+    """
+    from scipy.special import betaln  # lazy: ~0.13 s, only the expected mode pays it
+
+    x = np.asarray(x, dtype=np.float64)
+    j = np.asarray(j, dtype=np.float64)
+    m_max = np.minimum(np.asarray(m_max, dtype=np.float64), n)
+    out = np.zeros(x.shape, dtype=np.float64)
+    valid = m_max >= 0
+    # Degenerate laws: K = 0 or K = n almost surely.
+    zero = valid & (x <= 0)
+    out[zero] = 1.0
+    one = valid & (x >= 1) & (m_max >= n)
+    out[one] = (j[one] / (j[one] + n)) if precision else 1.0
+    mid = np.flatnonzero(valid & (x > 0) & (x < 1))
+    if mid.size == 0:
+        return out
+    mu = n * x[mid]
+    sd = np.sqrt(mu * (1.0 - x[mid]))
+    lo = np.maximum(0.0, np.floor(mu - _WINDOW_SD * sd - _WINDOW_SD))
+    hi = np.minimum(m_max[mid], np.ceil(mu + _WINDOW_SD * sd + _WINDOW_SD))
+    keep = hi >= lo
+    # Below the window the pmf is negligible, so a CDF whose window lies entirely below m_max
+    # is 1 up to 1e-15: the sum handles it the same way, no special case needed.
+    mid, lo, hi = mid[keep], lo[keep].astype(np.int64), hi[keep].astype(np.int64)
+    lengths = hi - lo + 1
+    # Chunk so that no more than _CHUNK_TERMS pmf terms are live at once.
+    ends = np.cumsum(lengths)
+    start = 0
+    while start < mid.size:
+        base = ends[start - 1] if start else 0
+        stop = int(np.searchsorted(ends, base + _CHUNK_TERMS, side="right"))
+        stop = max(stop, start + 1)
+        idx, ln = mid[start:stop], lengths[start:stop]
+        seg = np.repeat(np.arange(idx.size), ln)
+        first = np.repeat(np.cumsum(ln) - ln, ln)
+        m = (np.arange(int(ln.sum())) - first + np.repeat(lo[start:stop], ln)).astype(np.float64)
+        xi = x[idx][seg]
+        log_choose = -np.log1p(n) - betaln(n - m + 1.0, m + 1.0)
+        logpmf = log_choose + m * np.log(xi) + (n - m) * np.log1p(-xi)
+        terms = np.exp(logpmf)
+        if precision:
+            jj = j[idx][seg]
+            terms *= jj / (jj + m)
+        out[idx] = np.bincount(seg, weights=terms, minlength=idx.size)
+        start = stop
+    return out
+
+
+def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -> np.ndarray:
+    """Per-query AP@k (ILIAS normalisation: divide by min(k, |G|)); k=None for full AP.
+
+    plugin:   AP = sum_{j: r_j <= k} j / r_j / min(k, |G|),  r_j = j + N x_j
+    expected: AP = sum_j E[1{K_j <= k - j} j / (j + K_j)] / min(k, |G|),  K_j ~ Bin(N, x_j)
+    """
+    n = check_n(n)
+    k = check_k(k)
+    _check_mode(mode)
+    norm = h.n_pos if k is None else np.minimum(h.n_pos, k)
+    if mode == "plugin":
+        r = h.j + n * h.x
+        contrib = h.j / r
+        if k is not None:
+            contrib = np.where(_within(r, k), contrib, 0.0)
+    else:
+        ni = _integer_n(n)
+        m_max = np.full(h.x.shape, ni) if k is None else k - h.j
+        contrib = _binomial_window_sum(h.x, h.j, ni, m_max, precision=True)
+    return ragged.group_sum(contrib, h.offsets) / norm
+
+
+def hit_at_k(h: Hardness, n: float, k: int = 1, mode: str = "plugin") -> np.ndarray:
+    """Per-query R@k as a hit rate: 1 if a positive is in the top k (K_1 <= k - 1).
+
+    expected: P(K_1 <= k - 1), the Binomial CDF; for k = 1 this is (1 - x_1)^N.
+    """
+    n = check_n(n)
+    k = check_k(k)
+    if k is None:
+        raise InvalidArgumentError("R@k needs a cut-off k")
+    _check_mode(mode)
+    x1 = h.first
+    if mode == "plugin":
+        return _within(1.0 + n * x1, k).astype(np.float64)
+    if k == 1:
+        return p_rank1(h, n)
+    ni = _integer_n(n)
+    return _binomial_window_sum(x1, np.ones_like(x1), ni, np.full(x1.shape, k - 1), precision=False)
+
+
+def recall_at_k(h: Hardness, n: float, k: int = 100, mode: str = "plugin") -> np.ndarray:
+    """Per-query fraction of positives in the top k: sum_j 1{j + K_j <= k} / |G|."""
+    n = check_n(n)
+    k = check_k(k)
+    if k is None:
+        raise InvalidArgumentError("Recall@k needs a cut-off k")
+    _check_mode(mode)
+    if mode == "plugin":
+        inside = _within(h.j + n * h.x, k).astype(np.float64)
+    else:
+        inside = _binomial_window_sum(h.x, h.j, _integer_n(n), k - h.j, precision=False)
+    return ragged.group_sum(inside, h.offsets) / h.n_pos
+
+
+def reciprocal_rank(h: Hardness, n: float, k: int | None = None, mode: str = "plugin") -> np.ndarray:
+    """Per-query reciprocal rank of the first positive (MRR is the mean), 0 beyond cut-off k.
+
+    expected, no cut-off: E[1/(1+K)] = (1 - (1-x)^(N+1)) / ((N+1) x), K ~ Bin(N, x).
+    """
+    n = check_n(n)
+    k = check_k(k)
+    _check_mode(mode)
+    x1 = h.first
+    if mode == "plugin":
+        r = 1.0 + n * x1
+        rr = 1.0 / r
+        return rr if k is None else np.where(_within(r, k), rr, 0.0)
+    ni = _integer_n(n)
+    if k is not None:
+        return _binomial_window_sum(x1, np.ones_like(x1), ni, np.full(x1.shape, k - 1), precision=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rr = -np.expm1((ni + 1.0) * np.log1p(-x1)) / ((ni + 1.0) * x1)
+    return np.where(x1 > 0, rr, 1.0)
+
+
+def p_rank1(h: Hardness, n: float, poisson: bool = False) -> np.ndarray:
+    """Per-query probability that the best positive ranks first: (1 - x_1)^N, or e^{-N x_1}.
+
+    The Poisson form is the rare-event limit (N large, x small, N x = O(1)).
+    """
+    n = check_n(n)
+    x1 = h.first
+    if poisson:
+        return np.exp(-n * x1)
+    with np.errstate(divide="ignore"):
+        return np.exp(n * np.log1p(-x1))
+
+
+def per_query(h: Hardness, metric: str, n: float, k: int | None = None,
+              mode: str = "plugin") -> np.ndarray:
+    """Dispatch on a metric name from :data:`METRICS`; returns one value per query."""
+    if metric == "AP":
+        return ap_at_k(h, n, k, mode)
+    if metric == "R":
+        return hit_at_k(h, n, 1 if k is None else k, mode)
+    if metric == "Recall":
+        return recall_at_k(h, n, k, mode)
+    if metric == "RR":
+        return reciprocal_rank(h, n, k, mode)
+    raise InvalidArgumentError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+
+
+def mean_metric(h: Hardness, metric: str, n: float, k: int | None = None,
+                mode: str = "plugin") -> float:
+    """Benchmark value: the mean over queries of :func:`per_query`."""
+    return float(per_query(h, metric, n, k, mode).mean())
+
+
+def map_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -> float:
+    """mAP@k at gallery size N (mean of :func:`ap_at_k`)."""
+    return float(ap_at_k(h, n, k, mode).mean())
+
+
+def metric_curve(h: Hardness, metric: str, ns, k: int | None = None,
+                 mode: str = "plugin") -> np.ndarray:
+    """The benchmark value at every gallery size in ``ns`` (one value per size)."""
+    return np.array([mean_metric(h, metric, n, k, mode) for n in np.atleast_1d(ns)])

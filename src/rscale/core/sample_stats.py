@@ -1,0 +1,152 @@
+"""The sample-stats value: what a sampled evaluation hands to the estimators.
+
+Per query: S (how many distractors were sampled and scored) and the top-K sampled distractor
+scores, descending. Per positive: its id, its score and its sampled exceedance count c (sampled
+distractors scoring at or above it). Plus free-form metadata (backbone, benchmark, distractor
+source, sampler, seed, K). The on-disk form is documented in docs/formats.md; reading and
+writing live in :mod:`rscale.store.sample_stats_file`. This module only holds the value and its
+validation, so that errors can name the column and the first bad row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rscale.core import ragged
+from rscale.errors import FormatError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    query_ids: np.ndarray      # (Q,) str
+    n_sampled: np.ndarray      # (Q,) int64, S per query
+    top_scores: np.ndarray     # (Q, K) float64, descending per row
+    pos_offsets: np.ndarray    # (Q+1,) int64
+    pos_ids: np.ndarray        # (P,) str
+    pos_scores: np.ndarray     # (P,) float64
+    pos_counts: np.ndarray     # (P,) int64, sampled distractors at or above the positive
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.query_ids.size)
+
+    @property
+    def k(self) -> int:
+        return int(self.top_scores.shape[1])
+
+    @property
+    def n_positives(self) -> int:
+        return int(self.pos_ids.size)
+
+    def positive_query(self) -> np.ndarray:
+        """Query index of every positive."""
+        return ragged.group_index(self.pos_offsets)
+
+    def subset(self, queries) -> "SampleStats":
+        """The same sample restricted to the given query indices (in that order)."""
+        queries = np.asarray(queries, dtype=np.int64)
+        sizes = np.diff(self.pos_offsets)[queries]
+        starts = self.pos_offsets[:-1][queries]
+        idx = np.repeat(starts, sizes) + ragged.position_in_group(
+            np.concatenate([[0], np.cumsum(sizes)])) - 1
+        return SampleStats(
+            query_ids=self.query_ids[queries], n_sampled=self.n_sampled[queries],
+            top_scores=self.top_scores[queries],
+            pos_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+            pos_ids=self.pos_ids[idx], pos_scores=self.pos_scores[idx],
+            pos_counts=self.pos_counts[idx], meta=dict(self.meta))
+
+
+def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
+    """Check every documented invariant; raise FormatError naming column and first bad row.
+
+    Rows are 0-based query rows of the file, as pandas/pyarrow number them.
+    """
+    q = ss.n_queries
+
+    def fail(column, row, problem, hint=None):
+        qid = f" (query_id {ss.query_ids[row]!r})" if row is not None and row < q else ""
+        raise FormatError(problem + qid, path=path, column=column, row=row, hint=hint)
+
+    if q == 0:
+        raise FormatError("no queries", path=path, hint="a sample-stats file needs at least one query")
+    ids = ss.query_ids.astype(str)
+    empty = np.flatnonzero(np.char.str_len(ids) == 0)
+    if empty.size:
+        fail("query_id", int(empty[0]), "empty query id")
+    _, first_idx, counts = np.unique(ids, return_index=True, return_counts=True)
+    if np.any(counts > 1):
+        dup = ids[first_idx[counts > 1][0]]
+        rows = np.flatnonzero(ids == dup)
+        fail("query_id", int(rows[1]), f"duplicate query_id {dup!r}, first at row {int(rows[0])}")
+
+    if ss.top_scores.ndim != 2:
+        raise FormatError("top_scores must be one list per query", path=path, column="top_scores")
+    k = ss.k
+    if k < 1:
+        raise FormatError("top_scores lists are empty", path=path, column="top_scores",
+                          hint="store at least the top 1 sampled distractor score per query")
+    s = ss.n_sampled
+    bad = np.flatnonzero(s < k)
+    if bad.size:
+        r = int(bad[0])
+        fail("n_sampled", r, f"S = {int(s[r])} sampled distractors is fewer than K = {k} top scores",
+             "S counts every sampled distractor, so it is at least the length of top_scores")
+    top = ss.top_scores
+    finite = np.isfinite(top)
+    if not finite.all():
+        r = int(np.flatnonzero(~finite.all(axis=1))[0])
+        fail("top_scores", r, "NaN or infinite score")
+    unsorted = np.flatnonzero(np.any(np.diff(top, axis=1) > 0, axis=1))
+    if unsorted.size:
+        fail("top_scores", int(unsorted[0]), "scores are not sorted in descending order")
+
+    sizes = np.diff(ss.pos_offsets)
+    none = np.flatnonzero(sizes == 0)
+    if none.size:
+        fail("positive_ids", int(none[0]), "query has no positives",
+             "drop queries without positives; no metric is defined for them")
+    pq = ragged.group_index(ss.pos_offsets)
+    if not np.all(np.isfinite(ss.pos_scores)):
+        fail("positive_scores", int(pq[np.flatnonzero(~np.isfinite(ss.pos_scores))[0]]),
+             "NaN or infinite score")
+    pids = ss.pos_ids.astype(str)
+    order = np.lexsort((pids, pq))
+    same = (pq[order][1:] == pq[order][:-1]) & (pids[order][1:] == pids[order][:-1])
+    if same.any():
+        i = order[int(np.flatnonzero(same)[0]) + 1]
+        fail("positive_ids", int(pq[i]), f"duplicate positive id {pids[i]!r} within the query")
+
+    c = ss.pos_counts
+    neg = np.flatnonzero((c < 0) | (c > s[pq]))
+    if neg.size:
+        i = int(neg[0])
+        fail("positive_counts", int(pq[i]),
+             f"count {int(c[i])} is outside [0, S = {int(s[pq[i]])}]")
+    # Consistency with the top list: t = #{top >= score}; if t < K the count must equal t,
+    # otherwise every stored top score beats the positive and the count is at least K.
+    t = count_at_or_above(top, ss.pos_offsets, ss.pos_scores)
+    inconsistent = np.flatnonzero(np.where(t < k, c != t, c < k))
+    if inconsistent.size:
+        i = int(inconsistent[0])
+        fail("positive_counts", int(pq[i]),
+             f"count {int(c[i])} for positive {pids[i]!r} disagrees with top_scores "
+             f"({int(t[i])} of the top {k} are >= its score {ss.pos_scores[i]:.6g})",
+             "the count must be the number of sampled distractors scoring at or above the positive")
+    return ss
+
+
+def count_at_or_above(top: np.ndarray, offsets: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """#{top[q] >= score} for every positive of every query (top rows descending)."""
+    out = np.empty(scores.size, dtype=np.int64)
+    neg = -top  # ascending rows
+    for q in range(top.shape[0]):
+        a, b = offsets[q], offsets[q + 1]
+        if b > a:
+            out[a:b] = np.searchsorted(neg[q], -scores[a:b], side="right")
+    return out

@@ -1,0 +1,1 @@
+"""The only layer touching disk: file formats now, the registry next."""

@@ -1,0 +1,177 @@
+"""Read and write the sample-stats Parquet format (docs/formats.md).
+
+One row per query:
+
+=================  =====================  ==============================================
+column             type                   meaning
+=================  =====================  ==============================================
+query_id           string                 unique query id
+n_sampled          int64                  S, distractors sampled and scored for the query
+top_scores         list<float64|float32>  the top-K sampled distractor scores, descending
+positive_ids       list<string>           the query's positives (at least one)
+positive_scores    list<float64|float32>  their scores
+positive_counts    list<int64>            sampled distractors scoring at or above each one
+=================  =====================  ==============================================
+
+File metadata (Parquet key-value): ``rscale.format = sample-stats``, ``rscale.schema_version``
+and ``rscale.meta`` (JSON: backbone, benchmark, distractor_source, sampler, seed, k). A file
+written by hand without rscale's metadata is read as schema version 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rscale.core.sample_stats import SCHEMA_VERSION, SampleStats, validate
+from rscale.errors import FormatError, SchemaVersionError
+
+FORMAT = "sample-stats"
+COLUMNS = ("query_id", "n_sampled", "top_scores", "positive_ids", "positive_scores", "positive_counts")
+
+
+def _pa():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    return pa, pq
+
+
+def to_table(ss: SampleStats):
+    """The Arrow table of a SampleStats value (with rscale's schema metadata)."""
+    pa, _ = _pa()
+    off = ss.pos_offsets.astype(np.int32)
+    k = ss.k
+    q = ss.n_queries
+    top_off = (np.arange(q + 1) * k).astype(np.int32)
+    table = pa.table({
+        "query_id": pa.array(ss.query_ids.astype(str), pa.string()),
+        "n_sampled": pa.array(ss.n_sampled.astype(np.int64), pa.int64()),
+        "top_scores": pa.ListArray.from_arrays(
+            pa.array(top_off), pa.array(np.ascontiguousarray(ss.top_scores, dtype=np.float64).ravel())),
+        "positive_ids": pa.ListArray.from_arrays(pa.array(off), pa.array(ss.pos_ids.astype(str), pa.string())),
+        "positive_scores": pa.ListArray.from_arrays(pa.array(off), pa.array(ss.pos_scores.astype(np.float64))),
+        "positive_counts": pa.ListArray.from_arrays(pa.array(off), pa.array(ss.pos_counts.astype(np.int64))),
+    })
+    meta = {**{k_: str(v) for k_, v in ss.meta.items()}, "k": str(k)}
+    return table.replace_schema_metadata({
+        "rscale.format": FORMAT,
+        "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.meta": json.dumps(meta, sort_keys=True),
+    })
+
+
+def write_sample_stats(ss: SampleStats, path: str | os.PathLike) -> Path:
+    """Validate, then write atomically (temp file in the same folder, then rename)."""
+    _, pq = _pa()
+    path = Path(path)
+    validate(ss, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(to_table(ss), tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _list_column(table, name: str, path: str, kind: str):
+    """(flat values, offsets) of a list column, with errors naming column and row."""
+    pa, _ = _pa()
+    import pyarrow.compute as pc
+
+    col = table.column(name)
+    if not pa.types.is_list(col.type) and not pa.types.is_large_list(col.type):
+        raise FormatError(f"expected a list column, got {col.type}", path=path, column=name,
+                          hint="store one list per query row")
+    col = col.combine_chunks()
+    if col.null_count:
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise FormatError("null list", path=path, column=name, row=row)
+    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = col.flatten()
+    if flat.null_count:
+        pos = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(np.searchsorted(np.cumsum(lengths), pos, side="right"))
+        raise FormatError("null value inside the list", path=path, column=name, row=row)
+    t = flat.type
+    if kind == "float" and not (pa.types.is_floating(t) or pa.types.is_integer(t)):
+        raise FormatError(f"expected numbers, got {t}", path=path, column=name)
+    if kind == "int" and not pa.types.is_integer(t):
+        raise FormatError(f"expected integers, got {t}", path=path, column=name)
+    if kind == "str":
+        values = np.asarray(flat.cast(pa.string()).to_pylist(), dtype=str) if len(flat) else np.zeros(0, str)
+    else:
+        values = flat.to_numpy(zero_copy_only=False).astype(np.float64 if kind == "float" else np.int64)
+    return values, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def read_sample_stats(path: str | os.PathLike) -> SampleStats:
+    """Read and validate a sample-stats file; every problem is a FormatError naming the file."""
+    pa, pq = _pa()
+    path = str(path)
+    if not os.path.exists(path):
+        raise FormatError("file not found", path=path,
+                          hint="pass the path of a sample-stats Parquet file (see docs/formats.md)")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise FormatError(f"not a readable Parquet file ({type(exc).__name__}: {exc})", path=path,
+                          hint="rewrite the file; see docs/formats.md for the layout") from None
+    md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    fmt = md.get("rscale.format", FORMAT)
+    if fmt != FORMAT:
+        raise FormatError(f"this is a '{fmt}' file, not sample stats", path=path)
+    version = int(md.get("rscale.schema_version", "1"))
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"written with sample-stats schema version {version}; this rscale reads up to "
+            f"{SCHEMA_VERSION}", path=path, hint="upgrade rscale (pip install -U rscale)")
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise FormatError(f"missing column(s): {', '.join(missing)}", path=path,
+                          hint=f"a sample-stats file has the columns {', '.join(COLUMNS)}")
+    try:
+        meta = json.loads(md.get("rscale.meta", "{}"))
+    except json.JSONDecodeError:
+        raise FormatError("the rscale.meta metadata is not valid JSON", path=path) from None
+
+    qids = table.column("query_id")
+    if qids.null_count:
+        row = int(np.flatnonzero(qids.is_null().to_numpy(zero_copy_only=False))[0])
+        raise FormatError("null query id", path=path, column="query_id", row=row)
+    query_ids = np.asarray(qids.cast(pa.string()).to_pylist(), dtype=str)
+    ns = table.column("n_sampled")
+    if not pa.types.is_integer(ns.type):
+        raise FormatError(f"expected integers, got {ns.type}", path=path, column="n_sampled")
+    if ns.null_count:
+        row = int(np.flatnonzero(ns.is_null().to_numpy(zero_copy_only=False))[0])
+        raise FormatError("null sample size", path=path, column="n_sampled", row=row)
+    n_sampled = ns.to_numpy().astype(np.int64)
+
+    top_flat, top_off = _list_column(table, "top_scores", path, "float")
+    lengths = np.diff(top_off)
+    k = int(meta.get("k", lengths.max(initial=0)))
+    short = np.flatnonzero(lengths != k)
+    if short.size:
+        r = int(short[0])
+        raise FormatError(f"top_scores has {int(lengths[r])} scores, expected K = {k} "
+                          f"(query_id {query_ids[r]!r})", path=path, column="top_scores", row=r,
+                          hint="every query stores exactly K top scores; S must be at least K")
+    top = top_flat.reshape(len(query_ids), k) if k else np.zeros((len(query_ids), 0))
+    pids, off = _list_column(table, "positive_ids", path, "str")
+    pscores, off_s = _list_column(table, "positive_scores", path, "float")
+    pcounts, off_c = _list_column(table, "positive_counts", path, "int")
+    for name, o in (("positive_scores", off_s), ("positive_counts", off_c)):
+        if not np.array_equal(o, off):
+            r = int(np.flatnonzero(np.diff(o) != np.diff(off))[0])
+            raise FormatError(f"list length differs from positive_ids (query_id {query_ids[r]!r})",
+                              path=path, column=name, row=r,
+                              hint="positive_ids, positive_scores and positive_counts are parallel lists")
+    ss = SampleStats(query_ids=query_ids, n_sampled=n_sampled, top_scores=top, pos_offsets=off,
+                     pos_ids=pids, pos_scores=pscores, pos_counts=pcounts, meta=meta)
+    return validate(ss, path)

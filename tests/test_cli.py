@@ -1,0 +1,57 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rscale.cli import main
+
+HEAVY = ("torch", "faiss", "mlflow", "transformers", "timm", "peft", "dvc", "scipy.stats")
+
+
+def test_import_cli_loads_no_heavy_module():
+    code = ("import sys, rscale.cli; "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_help_runs_without_heavy_modules():
+    code = ("import sys\nfrom rscale.cli import main\n"
+            "rc = main(['--help'])\n"
+            f"print('LOADED', ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "demo" in out.stdout
+    assert out.stdout.strip().endswith("LOADED")
+
+
+def test_demo_prints_truth_and_predictions(capsys):
+    assert main(["demo", "--queries", "60", "--backbone", "sim_gaussian"]) == 0
+    out = capsys.readouterr().out
+    assert "sim_gaussian" in out and "truth" in out and "count" in out
+
+
+def test_simulate_then_check(tmp_path, capsys):
+    path = tmp_path / "ss.parquet"
+    assert main(["simulate", "sim_neardup", "-o", str(path), "--s", "100k", "--k", "50",
+                 "--queries", "20"]) == 0
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "queries: 20" in out and "K: 50" in out and "S: 100,000" in out
+
+
+def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
+    assert main(["simulate", "sim-bounded", "-o", str(tmp_path / "x.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown simulated backbone 'sim-bounded'" in err and "Traceback" not in err
+    assert main(["demo", "--n", "0"]) == 2
+    assert "N must be >= 1" in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "missing.parquet")]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_console_script_exit_code(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rscale.cli", "demo", "--n", "tiny"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "cannot read gallery size 'tiny'" in out.stderr and "Traceback" not in out.stderr
