@@ -55,3 +55,24 @@ def test_console_script_exit_code(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert "cannot read gallery size 'tiny'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_estimate_then_predict(tmp_path, capsys):
+    ss = tmp_path / "ss.parquet"
+    assert main(["simulate", "sim_gaussian", "-o", str(ss), "--s", "1e6", "--k", "500", "--queries", "50"]) == 0
+    h = tmp_path / "h.parquet"
+    assert main(["estimate", str(ss), "-o", str(h), "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["method"] == "evt"
+    assert main(["predict", str(h), "--metric", "mAP@1000", "--metric", "R@1", "--n", "1e6", "--n", "1e8",
+                 "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["measure"] for r in rows] == ["mAP@1000", "mAP@1000", "R@1", "R@1"]
+    assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
+    assert rows[0]["value"] >= rows[1]["value"]  # non-increasing in N
+    assert main(["predict", str(h), "--metric", "nDCG@10"]) == 2
+    assert "unknown measure" in capsys.readouterr().err
+    assert main(["estimate", str(ss), "-m", "powerlaw"]) == 2
+    assert "does not produce per-positive hardness" in capsys.readouterr().err
+    assert main(["estimate", str(ss), "-p", "q0.9"]) == 2
+    assert "name=value" in capsys.readouterr().err

@@ -91,3 +91,79 @@ def describe_sample_stats(path) -> dict:
                                               else f"..{int(ss.n_sampled.max()):,}"),
         **{k: v for k, v in sorted(ss.meta.items()) if k != "k"},
     }
+
+
+def _parse_param(text: str):
+    from rscale.errors import InvalidArgumentError
+    if "=" not in text:
+        raise InvalidArgumentError(f"estimator parameter {text!r} must look like name=value (e.g. q=0.98)")
+    key, raw = text.split("=", 1)
+    raw = raw.strip()
+    low = raw.lower()
+    if low in ("true", "false"):
+        return key.strip(), low == "true"
+    for cast in (int, float):
+        try:
+            return key.strip(), cast(raw)
+        except ValueError:
+            pass
+    return key.strip(), raw
+
+
+def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
+    """Estimate hardness from a sample-stats file; write it to ``out`` when given.
+
+    Returns a summary: method, queries, positives, share of positives per rule, median tail
+    shape, seconds, files written.
+    """
+    import time
+
+    from rscale.core.estimators.base import HardnessEstimate
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.core.estimators.methods import HARDNESS_METHODS
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.errors import InvalidArgumentError
+    from rscale.store.hardness_file import write_hardness
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    if method not in HARDNESS_METHODS:
+        raise InvalidArgumentError(
+            f"'{method}' does not produce per-positive hardness (hardness estimators: "
+            f"{', '.join(HARDNESS_METHODS)}); the curve baselines are compared in benchmarks/accuracy.py")
+    ss = read_sample_stats(sample_stats)
+    kwargs = dict(_parse_param(p) for p in params)
+    t = time.perf_counter()
+    est = run(ss, method, **kwargs)
+    secs = time.perf_counter() - t
+    assert isinstance(est, HardnessEstimate)
+    written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+    summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
+               "written": written}
+    if "xi" in est.tail:
+        summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
+    return summary
+
+
+def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str = "plugin",
+            level: float = 0.95, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """Predicted metric values with query-bootstrap CIs from a hardness file."""
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+    from rscale.query.measures import Measure
+    from rscale.store.hardness_file import read_hardness
+
+    est, info = read_hardness(hardness)
+    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+    s_max = float(est.n_sampled.max())
+    rows = []
+    for m in measures:
+        measure = m if isinstance(m, Measure) else Measure.parse(m)
+        for n in sizes:
+            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode)
+            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
+            rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
+                         "ci_low": float(lo), "ci_high": float(hi), "level": level,
+                         "estimator": est.method, "mode": mode, "extrapolation": float(n) / s_max,
+                         "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
+    return rows

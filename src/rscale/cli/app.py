@@ -90,3 +90,75 @@ def check(path: Path = typer.Argument(..., help="A sample-stats Parquet file."))
     info = api.describe_sample_stats(path)
     for key, value in info.items():
         typer.echo(f"{key}: {value}")
+
+
+@app.command()
+def estimate(
+    sample_stats: Path = typer.Argument(..., help="Sample-stats Parquet file."),
+    method: str = typer.Option("evt", "--method", "-m", help="evt (default), evt-paper or count."),
+    param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Estimator parameter name=value (repeatable)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Hardness Parquet file to write."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+):
+    """Estimate per-positive hardness from a distractor sample."""
+    import json
+
+    from rscale import api
+
+    summary = api.estimate(sample_stats, method, param or (), out)
+    if fmt == "json":
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    for key, value in summary.items():
+        typer.echo(f"{key}: {value}")
+
+
+@app.command()
+def predict(
+    hardness: Path = typer.Argument(..., help="Hardness Parquet file (from rscale estimate)."),
+    metric: list[str] = typer.Option(["mAP@1000"], "--metric", help="Measure(s): mAP@1000, R@1, Recall@100, MRR."),
+    n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ..."),
+    mode: str = typer.Option("plugin", help="plugin (default, the paper's) or expected."),
+    fmt: str = typer.Option("table", "--format", help="table, json or csv."),
+):
+    """Predict metrics at any gallery size from stored hardness, with 95% query-bootstrap CIs."""
+    from rscale import api
+
+    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode)
+    _print_rows(rows, fmt, ["measure", "N", "value", "ci_low", "ci_high", "estimator", "mode", "extrapolation"])
+
+
+def _print_rows(rows, fmt, columns):
+    import csv
+    import json
+    import sys
+
+    from rscale.errors import InvalidArgumentError
+
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=2))
+    elif fmt == "csv":
+        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    elif fmt == "table":
+        from rich.table import Table
+        table = Table()
+        for c in columns:
+            table.add_column(c, justify="left" if c in ("measure", "estimator", "mode") else "right")
+        for r in rows:
+            cells = []
+            for c in columns:
+                v = r[c]
+                if c == "N":
+                    cells.append(f"{v:.3g}")
+                elif c == "extrapolation":
+                    cells.append(f"{v:.3g}x")
+                elif isinstance(v, float):
+                    cells.append(f"{v:.4f}")
+                else:
+                    cells.append(str(v))
+            table.add_row(*cells)
+        _console().print(table)
+    else:
+        raise InvalidArgumentError(f"unknown format {fmt!r}; expected table, json or csv")

@@ -25,6 +25,7 @@ class HardnessEstimate:
     n_sampled: np.ndarray
     params: dict = field(default_factory=dict)
     tail: dict = field(default_factory=dict)
+    draws: np.ndarray | None = None   # (P, D) posterior draws of x, when the estimator has them
 
     def hardness(self) -> Hardness:
         return Hardness.from_flat(self.x, self.offsets)

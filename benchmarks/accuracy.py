@@ -1,0 +1,143 @@
+"""Accuracy of every estimator against simulated truth (the paper's Table 1, on simulated data).
+
+For each simulator family (every tail family, both hardness laws), sample fractions of a 1e8 pool
+(1%, 2%, 5%, 10%), several independent draws each, plus the small-pool regime (a 1M pool sampled
+at 10k / 50k / 100k, the target being the realised metric of that pool): predict mAP@1000 at N
+and compare with the exact realised value. Prints signed error, MAE and the coverage of the 95%
+query-bootstrap CI, and with --write replaces the table in docs/benchmarks.md.
+
+Run: .venv/bin/python benchmarks/accuracy.py [--draws 3] [--quick] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from rscale import sim
+from rscale.core.estimators.base import HardnessEstimate
+from rscale.core.estimators.methods import estimate
+from rscale.core.prediction import predict_per_query
+from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+from rscale.sim.benchmark import HardnessLaw, SimSpec
+
+K_METRIC = 1000
+
+# (label, method, params, mode)
+ESTIMATORS = [
+    ("naive (evaluate at S)", "naive", {}, None),
+    ("count", "count", {}, "plugin"),
+    ("loguniform curve", "loguniform", {}, None),
+    ("powerlaw curve", "powerlaw", {}, None),
+    ("evt-paper (plugin)", "evt-paper", {}, "plugin"),
+    ("evt-paper (expected)", "evt-paper", {}, "expected"),
+    ("evt posterior (expected)", "evt", {"posterior": True}, "expected"),
+    ("evt posterior (plugin)", "evt", {"posterior": True}, "plugin"),
+    ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
+]
+
+SCENARIOS = [
+    # name, family, hardness law, n_queries (ILIAS ~1232, INSTRE ~1250)
+    ("bounded/power", "bounded", HardnessLaw("power", 1.2, 1e-10, 1.0, immune=0.05), 1232),
+    ("gaussian/loguniform", "gaussian", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.02), 1250),
+    ("neardup/loguniform", "neardup", HardnessLaw("loguniform", 1.0, 1e-11, 1e-1, immune=0.03), 1232),
+    ("gaussian/power", "gaussian", HardnessLaw("power", 1.2, 1e-10, 1.0, immune=0.05), 1250),
+    ("bounded/loguniform", "bounded", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.02), 1232),
+]
+
+
+def run_one(spec, n, s, seed, b_boot=300):
+    bench = sim.simulate(spec, seed=seed)
+    k = min(4000, s)
+    ss = sim.sample(bench, s, k=k, seed=seed)
+    truth = float(sim.truth(bench, ss, n, "AP", K_METRIC, seed=seed).mean())
+    idx = bootstrap_indices(ss.n_queries, b_boot, seed)
+    out = {}
+    for label, method, params, mode in ESTIMATORS:
+        t = time.perf_counter()
+        est = estimate(ss, method, **({"metric": "AP", "k": K_METRIC} if mode is None else {}), **params)
+        if isinstance(est, HardnessEstimate):
+            pq = predict_per_query(est, "AP", n, K_METRIC, mode)
+            pred = float(pq.mean())
+            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx))
+        else:
+            pred = est.value(n)
+            if est.method == "powerlaw":
+                w = np.stack([np.bincount(r, minlength=ss.n_queries) / ss.n_queries for r in idx[:100]])
+                boots = np.array([est.value(n, wi) for wi in w])
+            else:
+                boots = query_bootstrap(est.per_query(n), idx=idx)
+            lo, hi = percentile_ci(boots)
+        out[label] = (pred - truth, lo <= truth <= hi, time.perf_counter() - t)
+    return truth, out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--draws", type=int, default=3, help="independent sample draws per cell")
+    ap.add_argument("--quick", action="store_true", help="one draw, two scenarios, 5% only")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    n_big, pool = 1e8, 1e6
+    cells = []
+    scenarios = SCENARIOS[:2] if args.quick else SCENARIOS
+    draws = 1 if args.quick else args.draws
+    fracs = [0.05] if args.quick else [0.01, 0.02, 0.05, 0.10]
+    for name, family, hl, nq in scenarios:
+        spec = SimSpec(name=name, family=family, n_queries=nq, hardness=hl)
+        for f in fracs:
+            cells.append((f"web N=1e8, {f:.0%}", name, spec, n_big, int(f * n_big)))
+        if not args.quick:
+            for s in (10_000, 50_000, 100_000):
+                cells.append((f"pool N=1e6, S={s // 1000}k", name, spec, pool, s))
+    rows = {}
+    t0 = time.time()
+    for regime, name, spec, n, s in cells:
+        for d in range(draws):
+            truth, out = run_one(spec, n, s, seed=1000 * d + 7)
+            for label, (err, covered, secs) in out.items():
+                rows.setdefault((regime, label), []).append((err, covered, secs))
+        print(f"  {regime:22s} {name:22s} done ({time.time() - t0:.0f}s)", file=sys.stderr)
+    lines = [
+        f"Command: `.venv/bin/python benchmarks/accuracy.py --draws {draws}{' --quick' if args.quick else ''}` "
+        f"({time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}); "
+        f"mAP@{K_METRIC}; {len(scenarios)} simulator scenarios x {draws} independent draws per row; "
+        "error = prediction - exact realised value; coverage of the 95% query-bootstrap CI.",
+        "",
+        "| regime | estimator | mean signed error | MAE | max abs error | CI coverage | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (regime, label), vals in rows.items():
+        e = np.array([v[0] for v in vals])
+        c = np.array([v[1] for v in vals])
+        t = np.array([v[2] for v in vals])
+        lines.append(f"| {regime} | {label} | {e.mean():+.4f} | {np.abs(e).mean():.4f} | "
+                     f"{np.abs(e).max():.4f} | {c.mean():.0%} | {t.mean():.2f} |")
+    # overall summary per estimator
+    lines += ["", "| estimator | MAE, web-scale cells | MAE, small-pool cells | CI coverage, all |", "|---|---|---|---|"]
+    for label, *_ in ESTIMATORS:
+        web = [abs(v[0]) for (r, lab), vals in rows.items() if lab == label and r.startswith("web") for v in vals]
+        small = [abs(v[0]) for (r, lab), vals in rows.items() if lab == label and r.startswith("pool") for v in vals]
+        cov = [v[1] for (r, lab), vals in rows.items() if lab == label for v in vals]
+        lines.append(f"| {label} | {np.mean(web):.4f} | {np.mean(small) if small else float('nan'):.4f} | {np.mean(cov):.0%} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        path = "docs/benchmarks.md"
+        text = open(path).read()
+        start, end = "<!-- accuracy:start -->", "<!-- accuracy:end -->"
+        block = f"{start}\n{table}\n{end}"
+        if start in text:
+            text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+        else:
+            text += f"\n## Estimator accuracy (`benchmarks/accuracy.py`)\n\n{block}\n"
+        open(path, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The tail-aware (EVT) estimators: count where the sample sees a positive, GPD tail where not.
+
+Common to both (tail-aware evaluation paper, appendix B): per query keep the top ``k_top``
+sampled scores, put the threshold u at their ``q`` quantile, and fit a generalized Pareto
+distribution with shape xi <= 0 (bounded cosine support) to the n_u excesses above u. A
+positive at score s above u then has tail hardness
+
+    x = (n_u / S) * P_GPD(Y >= s - u)
+
+(n_u / S estimates P(D >= u); the GPD extrapolates beyond it).
+
+``evt-paper`` (``EVTConfig(posterior=False)``, the published rule, kept exactly)
+    x = c / S when c >= ``count_min`` (5) sampled distractors beat the positive, else the tail
+    value at the maximum-likelihood fit. Beyond the fitted endpoint u - sigma/xi the model says
+    x = 0 (rule ``endpoint``): the positive is called immune at every N, although a large gallery
+    can still beat it (20-30% of the paper's fits put the endpoint below some positive).
+
+``evt`` (``EVTConfig(posterior=True)``, rscale's default)
+    Two things the point rule ignores are integrated out instead of cut off:
+
+    - the tail's parameter uncertainty: the GPD profile likelihood over xi in [xi_min, 0] with a
+      flat prior (:func:`rscale.core.tailfit.gpd_posterior`), so a positive beyond the best fit's
+      endpoint still gets the hardness of the nearby, almost-as-likely longer tails;
+    - model misspecification: the GPD above a finite threshold is an approximation (a Gaussian
+      tail's local shape drifts towards 0; a near-duplicate cluster can sit above the threshold
+      unseen), so x is also multiplied by a log-normal factor of ``tau_decades`` decades;
+
+    and the positive's own sampled count c ~ Poisson(S x) updates that prior (Bayes), which
+    replaces the hard switch at c = 5: a count that contradicts the tail wins, one that agrees
+    sharpens it. Every positive above the threshold gets a posterior over x, summarised by
+    ``draws`` equal-probability quantiles (stored, so predictions average the metric over them:
+    a metric is bounded, so averaging it is robust where averaging x is not) and its median ``x``.
+    Positives below the threshold (c >= n_u, hundreds of sampled distractors) use c / S.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from rscale.core.estimators.base import HardnessEstimate
+from rscale.core.sample_stats import SampleStats
+from rscale.core.tailfit import fit_gpd, gpd_logsf, gpd_posterior
+from rscale.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class EVTConfig:
+    k_top: int = 4000
+    q: float = 0.95
+    xi_min: float = -1.0
+    posterior: bool = False
+    # point rule (evt-paper)
+    count_min: int = 5
+    # posterior rule (evt)
+    tau_decades: float = 0.5
+    draws: int = 16
+
+    def check(self) -> "EVTConfig":
+        if not 0.0 < self.q < 1.0:
+            raise InvalidArgumentError(f"threshold quantile q must lie in (0, 1), got {self.q}")
+        if self.k_top < 10:
+            raise InvalidArgumentError(f"k_top must be at least 10, got {self.k_top}")
+        if self.count_min < 1:
+            raise InvalidArgumentError(f"count_min must be >= 1, got {self.count_min}")
+        if self.tau_decades < 0 or self.draws < 1:
+            raise InvalidArgumentError("tau_decades must be >= 0 and draws >= 1")
+        return self
+
+
+PAPER = EVTConfig()
+# The default is the published rule until an alternative measures better on every simulator
+# family (docs/benchmarks.md keeps the study); the posterior variant is available via posterior=True.
+DEFAULT = EVTConfig()
+
+
+def tail_threshold(top: np.ndarray, k_top: int, q: float):
+    """Threshold u (q-quantile of each row's top k_top scores) and the excesses (NaN-padded).
+
+    Rows are descending, so the excesses are each row's leading scores; only those columns are
+    returned (about (1 - q) k_top of them).
+    """
+    tops = top[:, :k_top]
+    u = np.quantile(tops, q, axis=1)
+    width = max(int(np.max(np.sum(tops > u[:, None], axis=1))), 2)
+    exc = tops[:, :width] - u[:, None]
+    return u, np.where(exc > 0, exc, np.nan)
+
+
+def estimate_evt(ss: SampleStats, config: EVTConfig = DEFAULT, method: str | None = None) -> HardnessEstimate:
+    config.check()
+    k_top = min(config.k_top, ss.k)
+    u, exc = tail_threshold(ss.top_scores, k_top, config.q)
+    n_u = np.sum(~np.isnan(exc), axis=1)
+    fit = fit_gpd(exc, xi_min=config.xi_min)
+    pq = ss.positive_query()
+    s = ss.n_sampled.astype(np.float64)
+    y = ss.pos_scores - u[pq]
+    log_pu = np.log(n_u / s)[pq]
+    tail = {"u": u, "n_u": n_u, "xi": fit.xi, "sigma": fit.sigma, "loglik": fit.loglik,
+            "endpoint": u + fit.endpoint}
+    params = {**asdict(config), "k_top": k_top}
+    x = ss.pos_counts / s[pq]
+    if not config.posterior:
+        log_x = log_pu + gpd_logsf(y, fit.xi[pq], fit.sigma[pq])
+        beyond = np.isneginf(log_x) & (y > 0)
+        use_count = (ss.pos_counts >= config.count_min) | (y <= 0)
+        x = np.where(use_count, x, np.exp(log_x))
+        rule = np.where(use_count, "count", np.where(beyond, "endpoint", "tail"))
+        return HardnessEstimate(method=method or "evt-paper", x=x, offsets=ss.pos_offsets, rule=rule,
+                                n_sampled=ss.n_sampled.copy(), params=params, tail=tail)
+
+    post = gpd_posterior(exc, xi_min=config.xi_min)
+    idx = np.flatnonzero(y > 0)
+    draws = np.repeat(x[:, None], config.draws, axis=1)
+    draws[idx] = posterior_hardness_draws(
+        ss.pos_counts[idx], s[pq][idx], log_pu[idx], y[idx], post.xi[pq[idx]], post.sigma[pq[idx]],
+        post.weight[pq[idx]], config.tau_decades * np.log(10.0), config.draws)
+    x = np.median(draws, axis=1)
+    rule = np.where(y > 0, "tail", "count")
+    tail["xi_posterior_mean"] = np.sum(post.weight * post.xi, axis=1)
+    return HardnessEstimate(method=method or "evt", x=x, offsets=ss.pos_offsets, rule=rule,
+                            n_sampled=ss.n_sampled.copy(), params=params, tail=tail, draws=draws)
+
+
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(16)
+
+
+def posterior_hardness_draws(c, s, log_pu, y, xi, sigma, weight, tau: float, n_draws: int,
+                             chunk: int = 2048) -> np.ndarray:
+    """Equal-probability quantiles of each positive's hardness posterior, shape (P, n_draws).
+
+    Prior: log x = log_pu + log P_GPD(Y >= y; xi_m, sigma_m) + eta, with m drawn by ``weight`` (the
+    tail posterior, arrays (P, M)) and eta ~ Normal(0, tau^2) (Gauss-Hermite, 16 nodes).
+    Likelihood: c ~ Poisson(S x). Draw d is the posterior's (d + 1/2) / n_draws quantile.
+    """
+    out = np.empty((c.size, n_draws))
+    eta = np.sqrt(2.0) * tau * _GH_NODES
+    log_om = np.log(_GH_WEIGHTS / np.sqrt(np.pi))
+    levels = (np.arange(n_draws) + 0.5) / n_draws
+    for a in range(0, c.size, chunk):
+        b = min(a + chunk, c.size)
+        logx = log_pu[a:b, None] + gpd_logsf(y[a:b, None], xi[a:b], sigma[a:b])         # (p, M)
+        lx = (logx[:, :, None] + eta[None, None, :]).reshape(b - a, -1)                   # (p, M*H)
+        lam_log = np.log(s[a:b])[:, None] + lx
+        cc = c[a:b, None].astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            loglik = np.where(np.isneginf(lam_log), np.where(cc == 0, 0.0, -np.inf),
+                              cc * lam_log - np.exp(lam_log))
+        logw = (np.log(np.maximum(weight[a:b], 1e-300))[:, :, None] + log_om[None, None, :]).reshape(b - a, -1)
+        logw = logw + loglik
+        w = np.exp(logw - np.max(logw, axis=1, keepdims=True))
+        order = np.argsort(lx, axis=1)
+        cw = np.cumsum(np.take_along_axis(w, order, axis=1), axis=1)
+        cw /= cw[:, -1:]
+        pick = (cw[:, None, :] < levels[None, :, None]).sum(axis=2)                       # (p, D)
+        pick = np.minimum(pick, lx.shape[1] - 1)
+        out[a:b] = np.exp(np.take_along_axis(np.take_along_axis(lx, order, axis=1), pick, axis=1))
+    return out
+
+
+def estimate_evt_paper(ss: SampleStats) -> HardnessEstimate:
+    """The paper's configuration exactly (k_top=4000, q=0.95, count_min=5, x=0 beyond the endpoint)."""
+    return estimate_evt(ss, PAPER, method="evt-paper")
+
+
+def rule_shares(est: HardnessEstimate) -> dict:
+    """Share of positives per rule (a diagnostic printed next to predictions)."""
+    rules, counts = np.unique(est.rule, return_counts=True)
+    return {str(r): float(c) / est.rule.size for r, c in zip(rules, counts)}

@@ -1,0 +1,46 @@
+"""Estimators by name: one table, so the CLI, the benchmark and params.yaml share spellings.
+
+Hardness estimators return a :class:`HardnessEstimate` (stored, compared, fed to the law);
+curve baselines (``naive``, ``loguniform``, ``powerlaw``) return a :class:`CurveEstimate`, which
+extrapolates one metric and has no per-positive hardness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from rscale.core.estimators.count import estimate_count
+from rscale.core.estimators.curves import CURVE_METHODS, estimate_curve
+from rscale.core.estimators.evt import DEFAULT, PAPER, EVTConfig, estimate_evt
+from rscale.errors import InvalidArgumentError
+
+HARDNESS_METHODS = ("evt", "evt-paper", "count")
+METHODS = HARDNESS_METHODS + CURVE_METHODS
+DEFAULT_METHOD = "evt"
+
+
+def _evt_config(base: EVTConfig, params: dict) -> EVTConfig:
+    known = {f.name for f in fields(EVTConfig)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise InvalidArgumentError(f"unknown evt parameter(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return replace(base, **params)
+
+
+def estimate(ss, method: str = DEFAULT_METHOD, **params):
+    """Run the named estimator on sample stats. ``params`` override its defaults."""
+    if method == "evt":
+        return estimate_evt(ss, _evt_config(DEFAULT, params), method="evt")
+    if method == "evt-paper":
+        if params:
+            raise InvalidArgumentError("evt-paper is the published configuration and takes no parameters; "
+                                       "use method 'evt' with posterior=False to vary it")
+        return estimate_evt(ss, PAPER, method="evt-paper")
+    if method == "count":
+        return estimate_count(ss)
+    if method in CURVE_METHODS:
+        return estimate_curve(ss, method, **params)
+    from difflib import get_close_matches
+    near = get_close_matches(method, METHODS, n=1)
+    hint = f" Did you mean '{near[0]}'?" if near else ""
+    raise InvalidArgumentError(f"unknown estimator {method!r} (known: {', '.join(METHODS)}).{hint}")

@@ -1,0 +1,96 @@
+"""Uncertainty and diagnostics for predicted metrics (pure numpy).
+
+- :func:`query_bootstrap`: resample queries with replacement (vectorised: B index rows at once);
+  the percentile interval of the mean is the query CI the paper reports.
+- :func:`paired_difference`: the same resampled queries for two backbones; a difference whose CI
+  contains 0 is *not resolved*.
+- :func:`sufficient_budget`: predictions from nested sub-samples S/8, S/4, S/2, S; the budget is
+  sufficient for N when the last doubling changes the prediction by less than query-sampling
+  noise (its paired CI contains 0) and by less than ``tolerance``.
+- :func:`distractor_spread`: the spread of predictions over disjoint half-samples, the
+  distractor-sampling-plus-fit term (the paper's nested bootstrap, sigma ~ 0.003 at 5%).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rscale.errors import InvalidArgumentError
+
+
+def bootstrap_indices(n_queries: int, b: int = 1000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng([seed, 23]).integers(0, n_queries, (b, n_queries))
+
+
+def query_bootstrap(per_query, b: int = 1000, seed: int = 0, idx=None) -> np.ndarray:
+    """Bootstrap means of per-query values: shape (B,) for (Q,), (R, B) for (R, Q)."""
+    v = np.asarray(per_query, dtype=np.float64)
+    if v.shape[-1] < 2:
+        raise InvalidArgumentError("a bootstrap needs at least 2 queries")
+    idx = bootstrap_indices(v.shape[-1], b, seed) if idx is None else idx
+    return v[..., idx].mean(axis=-1)
+
+
+def percentile_ci(samples, level: float = 0.95):
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(samples, [a, 1.0 - a], axis=-1)
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Difference:
+    value: float
+    lo: float
+    hi: float
+
+    @property
+    def resolved(self) -> bool:
+        return self.lo > 0 or self.hi < 0
+
+
+def paired_difference(per_query_a, per_query_b, b: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> Difference:
+    """CI of mean(a) - mean(b) over the same queries (paired query bootstrap)."""
+    a = np.asarray(per_query_a, dtype=np.float64)
+    bb = np.asarray(per_query_b, dtype=np.float64)
+    if a.shape != bb.shape:
+        raise InvalidArgumentError("a paired comparison needs the same queries on both sides")
+    boot = query_bootstrap(a - bb, b, seed)
+    lo, hi = percentile_ci(boot, level)
+    return Difference(float((a - bb).mean()), float(lo), float(hi))
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    fractions: np.ndarray        # (L,) sub-sample shares, ascending, ending at 1
+    predictions: np.ndarray      # (L,) predicted metric from each
+    last_step: Difference        # prediction(S) - prediction(S/2)
+    tolerance: float
+
+    @property
+    def sufficient(self) -> bool:
+        return (not self.last_step.resolved) and abs(self.last_step.value) <= self.tolerance
+
+
+def sufficient_budget(per_query_by_fraction, fractions, tolerance: float = 0.01, b: int = 1000,
+                      seed: int = 0) -> BudgetCheck:
+    """Compare per-query predictions from nested sub-samples (rows, ascending fractions)."""
+    pq = np.asarray(per_query_by_fraction, dtype=np.float64)
+    fr = np.asarray(fractions, dtype=np.float64)
+    if pq.ndim != 2 or pq.shape[0] != fr.size or fr.size < 2:
+        raise InvalidArgumentError("need per-query predictions for at least two nested fractions")
+    last = paired_difference(pq[-1], pq[-2], b, seed)
+    return BudgetCheck(fr, pq.mean(axis=1), last, tolerance)
+
+
+def distractor_spread(predictions) -> float:
+    """Standard deviation of a full-sample prediction implied by disjoint half-sample predictions.
+
+    Two disjoint halves give independent predictions at S/2; their difference has variance
+    2 var(S/2), and a prediction from S (twice the data) has about half var(S/2). So the spread at S
+    is |a - b| / 2 for one pair, pooled as a root mean square over pairs.
+    """
+    p = np.asarray(predictions, dtype=np.float64).reshape(-1, 2)
+    return float(np.sqrt(np.mean(((p[:, 0] - p[:, 1]) / 2.0) ** 2)))

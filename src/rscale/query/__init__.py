@@ -1,0 +1,1 @@
+"""The query language: measures now, full queries with the registry."""

@@ -1,0 +1,165 @@
+"""Read and write hardness tables and per-query tail fits (docs/formats.md).
+
+A hardness table is one Parquet file with **one row per positive**, grouped by query in query
+order:
+
+================  =================  =====================================================
+column            type               meaning
+================  =================  =====================================================
+query_id          string             the positive's query
+positive_id       string             the positive
+n_sampled         int64              S of its query's sample
+count             int64              sampled distractors at or above the positive
+x                 float64            estimated hardness, in [0, 1]
+rule              string             what produced x: count, tail, endpoint
+draws             list<float64>      posterior draws of x (evt only; absent otherwise)
+================  =================  =====================================================
+
+File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
+``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
+
+The per-query tail fits travel in a second file, one row per query: ``query_id`` plus one
+float64 column per fitted quantity (u, n_u, xi, sigma, loglik, endpoint, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rscale.core.estimators.base import HardnessEstimate
+from rscale.core.sample_stats import SampleStats
+from rscale.errors import FormatError, SchemaVersionError
+
+FORMAT = "hardness"
+TAIL_FORMAT = "tail-fits"
+SCHEMA_VERSION = 1
+COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
+
+
+def _atomic_write(table, path: Path):
+    import pyarrow.parquet as pq
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def hardness_table(est: HardnessEstimate, ss: SampleStats):
+    import pyarrow as pa
+    pq_ = ss.positive_query()
+    cols = {
+        "query_id": pa.array(ss.query_ids[pq_].astype(str), pa.string()),
+        "positive_id": pa.array(ss.pos_ids.astype(str), pa.string()),
+        "n_sampled": pa.array(ss.n_sampled[pq_].astype(np.int64)),
+        "count": pa.array(ss.pos_counts.astype(np.int64)),
+        "x": pa.array(est.x.astype(np.float64)),
+        "rule": pa.array(est.rule.astype(str), pa.string()),
+    }
+    if est.draws is not None:
+        d = est.draws.shape[1]
+        cols["draws"] = pa.FixedSizeListArray.from_arrays(pa.array(est.draws.astype(np.float64).ravel()), d)
+    table = pa.table(cols)
+    return table.replace_schema_metadata({
+        "rscale.format": FORMAT,
+        "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.method": est.method,
+        "rscale.params": json.dumps(est.params, sort_keys=True, default=str),
+        "rscale.meta": json.dumps({k: str(v) for k, v in ss.meta.items()}, sort_keys=True),
+    })
+
+
+def tail_table(est: HardnessEstimate, ss: SampleStats):
+    import pyarrow as pa
+    cols = {"query_id": pa.array(ss.query_ids.astype(str), pa.string())}
+    for name, values in sorted(est.tail.items()):
+        cols[name] = pa.array(np.asarray(values, dtype=np.float64))
+    return pa.table(cols).replace_schema_metadata({
+        "rscale.format": TAIL_FORMAT, "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.method": est.method})
+
+
+def tail_path(path: str | os.PathLike) -> Path:
+    """Where the tail fits of a hardness file live: ``name.parquet`` -> ``name.tail.parquet``."""
+    p = Path(path)
+    return p.with_name(p.name[:-len(".parquet")] + ".tail.parquet" if p.name.endswith(".parquet")
+                       else p.name + ".tail.parquet")
+
+
+def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLike) -> list[Path]:
+    """Write the hardness table (and its tail fits when the estimator has any), atomically."""
+    path = Path(path)
+    _atomic_write(hardness_table(est, ss), path)
+    written = [path]
+    if est.tail:
+        _atomic_write(tail_table(est, ss), tail_path(path))
+        written.append(tail_path(path))
+    return written
+
+
+def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
+    """Read a hardness table; returns the estimate (query order kept) and its metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(path)
+    if not os.path.exists(path):
+        raise FormatError("file not found", path=path, hint="pass a hardness Parquet file written by 'rscale estimate'")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise FormatError(f"not a readable Parquet file ({type(exc).__name__}: {exc})", path=path) from None
+    md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    fmt = md.get("rscale.format")
+    if fmt != FORMAT:
+        raise FormatError(f"this is a '{fmt or 'plain Parquet'}' file, not a hardness table", path=path,
+                          hint="create one with: rscale estimate SAMPLE_STATS --out hardness.parquet")
+    version = int(md.get("rscale.schema_version", "1"))
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"hardness schema version {version}; this rscale reads version {SCHEMA_VERSION}", path=path,
+            hint="upgrade rscale" if version > SCHEMA_VERSION else "re-run 'rscale estimate' to rewrite it")
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise FormatError(f"missing column(s): {', '.join(missing)}", path=path)
+    qid = np.asarray(table.column("query_id").to_pylist(), dtype=str)
+    change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
+    starts = np.concatenate([[0], change])
+    firsts = qid[starts]
+    if np.unique(firsts).size != firsts.size:
+        dup, seen, row = None, set(), 0
+        for s_, q in zip(starts, firsts):
+            if q in seen:
+                row = int(s_)
+                dup = q
+                break
+            seen.add(q)
+        raise FormatError(f"rows of query {dup!r} are not contiguous", path=path, column="query_id", row=row,
+                          hint="keep each query's positives together")
+    offsets = np.concatenate([starts, [qid.size]]).astype(np.int64)
+    x = table.column("x").to_numpy().astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
+    if bad.size:
+        raise FormatError(f"hardness {x[bad[0]]} is outside [0, 1]", path=path, column="x", row=int(bad[0]))
+    draws = None
+    if "draws" in table.column_names:
+        col = table.column("draws").combine_chunks()
+        d = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
+        flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        draws = flat.reshape(qid.size, d if d else flat.size // max(qid.size, 1))
+    n_sampled = table.column("n_sampled").to_numpy().astype(np.int64)[offsets[:-1]]
+    est = HardnessEstimate(
+        method=md.get("rscale.method", "unknown"), x=x, offsets=offsets,
+        rule=np.asarray(table.column("rule").to_pylist(), dtype=str), n_sampled=n_sampled,
+        params=json.loads(md.get("rscale.params", "{}")), draws=draws)
+    info = {"query_ids": firsts, "positive_ids": np.asarray(table.column("positive_id").to_pylist(), dtype=str),
+            "counts": table.column("count").to_numpy().astype(np.int64),
+            "meta": json.loads(md.get("rscale.meta", "{}")), "path": path}
+    return est, info

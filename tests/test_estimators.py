@@ -1,0 +1,139 @@
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rscale import sim
+from rscale.core import law
+from rscale.core.estimators.evt import PAPER, EVTConfig, estimate_evt, tail_threshold
+from rscale.core.estimators.methods import METHODS, estimate
+from rscale.core.prediction import predict, predict_per_query
+from rscale.core.sample_stats import SampleStats, validate
+from rscale.core.subsample import split_halves, subsample
+from rscale.errors import InvalidArgumentError
+from rscale.sim.presets import PRESETS
+
+
+def tiny_sample():
+    # one query, S = 1000, K = 20 top scores 0.90, 0.89, ...; positives at 0.95 (c=0),
+    # 0.875 (c=3: beaten by 0.90, 0.89, 0.88) and 0.5 (c=600, below the list)
+    top = 0.90 - 0.01 * np.arange(20)
+    return validate(SampleStats(
+        query_ids=np.array(["q"]), n_sampled=np.array([1000]), top_scores=top[None, :],
+        pos_offsets=np.array([0, 3]), pos_ids=np.array(["a", "b", "c"]),
+        pos_scores=np.array([0.95, 0.875, 0.5]), pos_counts=np.array([0, 3, 600])))
+
+
+def test_count_by_hand():
+    est = estimate(tiny_sample(), "count")
+    np.testing.assert_allclose(est.x, [0.0, 0.003, 0.6])
+
+
+def test_evt_paper_rules_by_hand():
+    ss = tiny_sample()
+    est = estimate_evt(ss, EVTConfig(k_top=20, q=0.5))
+    # threshold: median of the 20 tops; positive c (0.5) is below it: count; b has c=3 < 5: tail
+    u = np.quantile(ss.top_scores[0], 0.5)
+    assert est.tail["u"][0] == pytest.approx(u)
+    assert est.rule.tolist()[2] == "count" and est.x[2] == pytest.approx(0.6)
+    assert est.rule[1] in ("tail", "endpoint")
+    # the tail value for b: (n_u / S) * GPD survival at 0.875 - u, with the stored fit
+    from rscale.core.tailfit import gpd_logsf
+    n_u = est.tail["n_u"][0]
+    want = n_u / 1000 * np.exp(gpd_logsf(0.875 - u, est.tail["xi"][0], est.tail["sigma"][0]))
+    assert est.x[1] == pytest.approx(want)
+    # the top positive is above every sampled score: its hardness is below the tail value of b
+    assert est.x[0] <= est.x[1]
+
+
+def test_evt_endpoint_rule_is_zero_in_paper_config():
+    ss = tiny_sample()
+    ss = replace(ss, pos_scores=np.array([5.0, 0.875, 0.5]))  # far beyond any fitted endpoint
+    est = estimate_evt(ss, EVTConfig(k_top=20, q=0.5))
+    assert est.rule[0] == "endpoint" and est.x[0] == 0.0
+    # the default (posterior) estimator never calls it immune on the strength of the endpoint alone
+    post = estimate_evt(ss, EVTConfig(k_top=20, q=0.5, posterior=True))
+    assert post.draws.shape == (3, 16) and np.all(np.diff(post.draws, axis=1) >= 0)
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    bench = sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=600), seed=3)
+    return bench, sim.sample(bench, 2_000_000, k=2000, seed=3)
+
+
+def test_every_estimator_runs_and_is_bounded(simulated):
+    bench, ss = simulated
+    for method in METHODS:
+        est = estimate(ss, method, **({"metric": "AP", "k": 1000} if method in ("naive", "loguniform", "powerlaw") else {}))
+        if hasattr(est, "x"):
+            assert np.all((est.x >= 0) & (est.x <= 1))
+            v = predict(est, "AP", 1e8)
+        else:
+            v = est.value(1e8)
+        assert 0 <= v <= 1
+
+
+def test_estimators_beat_evaluate_at_s_against_truth(simulated):
+    bench, ss = simulated
+    n = 4e7
+    truth = sim.truth(bench, ss, n).mean()
+    naive = estimate(ss, "naive", metric="AP", k=1000).value(n)
+    count = predict(estimate(ss, "count"), "AP", n, mode="plugin")
+    paper = predict(estimate(ss, "evt-paper"), "AP", n, mode="plugin")
+    default = predict(estimate(ss, "evt"), "AP", n)
+    posterior = predict(estimate(ss, "evt", posterior=True), "AP", n)
+    assert abs(posterior - truth) < 0.6 * (count - truth)
+    assert naive - truth > 0.05                          # optimistic baseline
+    assert count - truth > 0.02                          # cannot see below 1/S
+    assert abs(paper - truth) < 0.5 * (count - truth)
+    assert abs(default - truth) < 0.5 * (count - truth)
+
+
+def test_tail_hardness_tracks_truth(simulated):
+    # median estimated-to-true ratio of tail-rule positives within a factor ~2 (paper: 0.9-1.3)
+    bench, ss = simulated
+    est = estimate(ss, "evt-paper")
+    m = (est.rule == "tail") & (bench.pos_x > 1e-9)
+    ratio = np.median(np.log10(est.x[m] / bench.pos_x[m]))
+    assert abs(ratio) < 0.3
+
+
+def test_prediction_averages_draws(simulated):
+    _, ss = simulated
+    est = estimate(ss, "evt", posterior=True)
+    by_hand = np.mean([law.per_query(law.Hardness.from_flat(est.draws[:, d], est.offsets), "AP", 1e8, 1000, "expected")
+                       for d in range(est.draws.shape[1])], axis=0)
+    np.testing.assert_allclose(predict_per_query(est, "AP", 1e8, mode="expected"), by_hand)
+
+
+def test_threshold_columns():
+    top = np.sort(np.random.default_rng(0).random((3, 100)), axis=1)[:, ::-1]
+    u, exc = tail_threshold(top, 100, 0.9)
+    assert exc.shape[1] >= 10
+    np.testing.assert_allclose(np.sum(~np.isnan(exc), axis=1), np.sum(top > u[:, None], axis=1))
+
+
+def test_unknown_method_and_params():
+    ss = tiny_sample()
+    with pytest.raises(InvalidArgumentError, match="Did you mean 'evt'"):
+        estimate(ss, "evtt")
+    with pytest.raises(InvalidArgumentError, match="unknown evt parameter"):
+        estimate(ss, "evt", qq=0.9)
+    with pytest.raises(InvalidArgumentError, match="published configuration"):
+        estimate(ss, "evt-paper", q=0.9)
+    assert PAPER.q == 0.95 and PAPER.k_top == 4000 and PAPER.count_min == 5 and not PAPER.posterior
+
+
+def test_subsample_is_a_valid_nested_sample(simulated):
+    _, ss = simulated
+    half = subsample(ss, 0.5, seed=1)
+    validate(half)
+    quarter = subsample(half, 0.5, seed=2)
+    validate(quarter)
+    assert np.all(quarter.pos_counts <= half.pos_counts) and np.all(half.pos_counts <= ss.pos_counts)
+    assert np.all(quarter.n_sampled <= half.n_sampled)
+    assert abs(quarter.n_sampled.mean() / ss.n_sampled.mean() - 0.25) < 0.001
+    a, b = split_halves(ss, seed=4)
+    np.testing.assert_array_equal(a.n_sampled + b.n_sampled, ss.n_sampled)
+    np.testing.assert_array_equal(a.pos_counts + b.pos_counts, ss.pos_counts)

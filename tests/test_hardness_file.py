@@ -1,0 +1,61 @@
+from dataclasses import replace
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rscale import sim
+from rscale.core.estimators.methods import estimate
+from rscale.core.prediction import predict
+from rscale.errors import FormatError, SchemaVersionError
+from rscale.sim.presets import PRESETS
+from rscale.store.hardness_file import hardness_table, read_hardness, tail_path, write_hardness
+
+
+@pytest.fixture(scope="module")
+def ss():
+    return sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=80), seed=2), 200_000, k=300, seed=2)
+
+
+@pytest.mark.parametrize("method", ["evt", "evt-paper", "count"])
+def test_round_trip_keeps_predictions(tmp_path, ss, method):
+    est = estimate(ss, method)
+    files = write_hardness(est, ss, tmp_path / "h.parquet")
+    assert files[0].exists()
+    assert (tail_path(files[0]).exists()) == bool(est.tail)
+    back, info = read_hardness(files[0])
+    np.testing.assert_array_equal(back.x, est.x)
+    np.testing.assert_array_equal(back.offsets, est.offsets)
+    assert (back.draws is None) == (est.draws is None)
+    assert back.method == est.method and info["meta"]["backbone"] == "sim_bounded"
+    assert predict(back, "AP", 1e8) == pytest.approx(predict(est, "AP", 1e8))
+    if est.tail:
+        tail = pq.read_table(tail_path(files[0]))
+        assert tail.num_rows == ss.n_queries and "xi" in tail.column_names
+
+
+def test_bad_hardness_files(tmp_path, ss):
+    est = estimate(ss, "count")
+    t = hardness_table(est, ss)
+    x = t.column("x").to_numpy().copy()
+    x[5] = 1.5
+    bad = t.set_column(t.column_names.index("x"), "x", [x])
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(FormatError, match=r"outside \[0, 1\]") as err:
+        read_hardness(tmp_path / "bad.parquet")
+    assert err.value.row == 5 and err.value.column == "x"
+    md = dict(t.schema.metadata)
+    md[b"rscale.schema_version"] = b"7"
+    pq.write_table(t.replace_schema_metadata(md), tmp_path / "new.parquet")
+    with pytest.raises(SchemaVersionError, match="upgrade rscale"):
+        read_hardness(tmp_path / "new.parquet")
+    # a sample-stats file is not a hardness table
+    from rscale.store.sample_stats_file import write_sample_stats
+    write_sample_stats(ss, tmp_path / "ss.parquet")
+    with pytest.raises(FormatError, match="not a hardness table"):
+        read_hardness(tmp_path / "ss.parquet")
+    # shuffled rows: a query's positives no longer contiguous
+    idx = np.random.default_rng(0).permutation(t.num_rows)
+    pq.write_table(t.take(idx), tmp_path / "shuffled.parquet")
+    with pytest.raises(FormatError, match="not contiguous"):
+        read_hardness(tmp_path / "shuffled.parquet")
