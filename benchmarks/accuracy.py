@@ -36,8 +36,10 @@ ESTIMATORS = [
     ("powerlaw curve", "powerlaw", {}, None),
     ("evt-paper (plugin)", "evt-paper", {}, "plugin"),
     ("evt-paper (expected)", "evt-paper", {}, "expected"),
-    ("evt posterior (expected)", "evt", {"posterior": True}, "expected"),
-    ("evt posterior (plugin)", "evt", {"posterior": True}, "plugin"),
+    ("evt (default, plugin)", "evt", {}, "plugin"),
+    ("evt (default, expected)", "evt", {}, "expected"),
+    ("evt posterior=True (expected)", "evt", {"posterior": True}, "expected"),
+    ("evt endpoint=averaged (plugin)", "evt", {"endpoint": "averaged"}, "plugin"),
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
 ]
 

@@ -145,10 +145,10 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     return summary
 
 
-def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str = "plugin",
+def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
     """Predicted metric values with query-bootstrap CIs from a hardness file."""
-    from rscale.core.prediction import predict_per_query
+    from rscale.core.prediction import predict_per_query, resolve_mode
     from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
     from rscale.query.measures import Measure
     from rscale.store.hardness_file import read_hardness
@@ -164,6 +164,148 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str = "plugin"
             lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
             rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
                          "ci_low": float(lo), "ci_high": float(hi), "level": level,
-                         "estimator": est.method, "mode": mode, "extrapolation": float(n) / s_max,
+                         "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
+                         "extrapolation": float(n) / s_max,
                          "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+
+def code_version() -> str:
+    """rscale's version plus the git commit of the working directory when there is one."""
+    import subprocess
+
+    from rscale import __version__
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return f"rscale {__version__}" + (f" git {commit}{'+dirty' if dirty else ''}" if commit else "")
+
+
+def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
+             mlflow_run_id=None) -> dict:
+    """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.store.hardness_file import read_hardness, tail_path
+    from rscale.store.registry import Registry
+
+    est, info = read_hardness(hardness)
+    meta = info["meta"]
+    tail = tail_path(hardness)
+    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
+               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
+               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    reg = Registry.locate(registry)
+    version, created = reg.register(
+        backbone=backbone or meta.get("backbone") or "unnamed",
+        benchmark=benchmark or meta.get("benchmark") or "unknown",
+        source=source or meta.get("distractor_source") or "unknown",
+        estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
+        sample_file=sample_stats, params=est.params, code_version=code_version(),
+        mlflow_run_id=mlflow_run_id, summary=summary,
+        blob_rows={"hardness": int(est.x.size), "tail": int(est.n_sampled.size),
+                   "sample": int(est.n_sampled.size)})
+    return {"ref": version.ref, "created": created, "hardness": version.hardness,
+            "registry": str(reg.root), "series": "/".join(version.series)}
+
+
+def list_versions(registry=None) -> list:
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).versions()
+
+
+def show(name: str, registry=None, benchmark=None, estimator=None):
+    from rscale.store.registry import Registry
+    base, _, ver = name.partition("@")
+    return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
+
+
+def tag(name: str, tag_name: str, registry=None, benchmark=None, estimator=None):
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    reg.tag(v, tag_name)
+    return reg.get(base, f"v{v.version}", v.benchmark, v.source, v.estimator)
+
+
+def verify(registry=None) -> dict:
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).verify()
+
+
+def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Answer a query from stored hardness: rows of predictions with CIs, plus warnings."""
+    from rscale.core.prediction import predict_per_query, resolve_mode
+    from rscale.core.uncertainty import bootstrap_indices, paired_difference, percentile_ci, query_bootstrap
+    from rscale.errors import QuerySyntaxError
+    from rscale.query.grammar import parse
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+
+    q = parse(text)
+    if not q.sizes:
+        raise QuerySyntaxError(f"say at which gallery size: add 'at N=1e8' (query: {q})")
+    if not q.backbones:
+        raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
+    reg = Registry.locate(registry)
+    estimator = q.estimator or "evt"
+    versions = []
+    for ref in q.backbones:
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=estimator)
+    rows, warnings, per_query = [], [], {}
+    for v in versions:
+        est, info = read_hardness(reg.blob_path(v.hardness))
+        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+        s_max = float(est.n_sampled.max())
+        for m in q.measures:
+            for n in q.sizes:
+                pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
+                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
+                per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
+                rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
+                             "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
+                             "ci_high": float(hi), "estimator": v.estimator,
+                             "mode": resolve_mode(m.law_metric, q.mode),
+                             "extrapolation": n / s_max})
+    # ranking resolution between backbones evaluated on the same queries
+    for m in q.measures:
+        for n in q.sizes:
+            group = sorted((r for r in rows if r["measure"] == str(m) and r["N"] == n), key=lambda r: -r["value"])
+            for a, b in zip(group, group[1:]):
+                qa, va = per_query[(f"{a['backbone']}@{a['version']}", str(m), n)]
+                qb, vb = per_query[(f"{b['backbone']}@{b['version']}", str(m), n)]
+                if qa.shape != qb.shape or not (qa == qb).all():
+                    continue
+                d = paired_difference(va, vb, bootstrap, seed, level)
+                if not d.resolved:
+                    warnings.append(f"{m} at N={n:g}: {a['backbone']} vs {b['backbone']} differ by {d.value:+.4f}, "
+                                    f"within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): not ranked")
+    for r in rows:
+        if r["extrapolation"] > 1000:
+            warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
+                            "predictions this far out are not validated")
+    return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def export(name: str, out, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
+    from rscale.store.bundle import export_bundle
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    return export_bundle(reg, v, out, license=license), v
+
+
+def import_(bundle, registry=None):
+    from rscale.store.bundle import import_bundle
+    from rscale.store.registry import Registry
+    return import_bundle(Registry.locate(registry), bundle)

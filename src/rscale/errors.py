@@ -14,6 +14,18 @@ class InvalidArgumentError(RscaleError, ValueError):
     """A function or command got an argument outside its domain (N < 1, k < 1, ...)."""
 
 
+class QuerySyntaxError(RscaleError, ValueError):
+    """A query string does not follow the grammar; the message points at each problem with a caret."""
+
+
+class NotFoundError(RscaleError, LookupError):
+    """An artifact, backbone or version is not in the registry; the message suggests near matches."""
+
+
+class RegistryError(RscaleError, RuntimeError):
+    """The registry is missing, locked for too long, or inconsistent; the message names the fix."""
+
+
 class FormatError(RscaleError, ValueError):
     """A file does not follow its documented format.
 

@@ -21,14 +21,16 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # typer's own exits (--help, usage errors)
         return int(exc.code or 0)
     except Exception as exc:
-        # click's usage errors (bad option, missing argument) arrive here in non-standalone mode.
-        import click
-        if isinstance(exc, click.exceptions.ClickException):
+        # click's usage errors (bad option, missing argument) arrive here in non-standalone mode;
+        # typer vendors click, so recognise them by shape rather than by import.
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
+        if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)
             return 1
+        if type(exc).__name__ == "Exit":
+            return int(getattr(exc, "exit_code", 0))
         raise
     return 0
 

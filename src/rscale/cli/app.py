@@ -118,7 +118,7 @@ def predict(
     hardness: Path = typer.Argument(..., help="Hardness Parquet file (from rscale estimate)."),
     metric: list[str] = typer.Option(["mAP@1000"], "--metric", help="Measure(s): mAP@1000, R@1, Recall@100, MRR."),
     n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ..."),
-    mode: str = typer.Option("plugin", help="plugin (default, the paper's) or expected."),
+    mode: Optional[str] = typer.Option(None, help="plugin or expected (default: plugin for mAP/MRR, expected for R/Recall)."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
 ):
     """Predict metrics at any gallery size from stored hardness, with 95% query-bootstrap CIs."""
@@ -162,3 +162,143 @@ def _print_rows(rows, fmt, columns):
         _console().print(table)
     else:
         raise InvalidArgumentError(f"unknown format {fmt!r}; expected table, json or csv")
+
+
+REGISTRY_OPT = typer.Option(None, "--registry", "-r", envvar="RSCALE_REGISTRY",
+                            help="Registry folder (default: ./registry).")
+
+
+@app.command()
+def register(
+    hardness: Path = typer.Argument(..., help="Hardness Parquet file (its .tail.parquet is taken too)."),
+    sample: Optional[Path] = typer.Option(None, "--sample", help="The sample-stats file it was estimated from."),
+    backbone: Optional[str] = typer.Option(None, help="Override the backbone name from the file's metadata."),
+    benchmark: Optional[str] = typer.Option(None, help="Override the benchmark name."),
+    source: Optional[str] = typer.Option(None, help="Override the distractor source."),
+    registry: Optional[Path] = REGISTRY_OPT,
+):
+    """Store a hardness table as a new immutable version (a no-op if identical content is there)."""
+    from rscale import api
+
+    out = api.register(hardness, sample, registry, backbone, benchmark, source)
+    verb = "registered" if out["created"] else "already registered (no change)"
+    typer.echo(f"{verb}: {out['ref']}  [{out['series']}]  {out['hardness']}")
+
+
+@app.command("ls")
+def ls_(registry: Optional[Path] = REGISTRY_OPT,
+        fmt: str = typer.Option("table", "--format", help="table or json.")):
+    """List every version in the registry."""
+    import json
+
+    from rich.table import Table
+
+    from rscale import api
+
+    versions = api.list_versions(registry)
+    if fmt == "json":
+        typer.echo(json.dumps([{**v.__dict__, "tags": list(v.tags)} for v in versions], indent=2, default=str))
+        return
+    table = Table()
+    for c in ("backbone", "version", "tags", "benchmark", "source", "estimator", "queries", "S", "created"):
+        table.add_column(c)
+    for v in versions:
+        table.add_row(v.backbone, f"v{v.version}", ",".join(v.tags), v.benchmark, v.source, v.estimator,
+                      str(v.summary.get("queries", "")), f"{v.summary.get('S_max', 0):,}", v.created[:19])
+    _console().print(table)
+
+
+@app.command()
+def show(name: str = typer.Argument(..., help="NAME[@VERSION], e.g. dinov3_l@v2 or dinov3_l@released."),
+         benchmark: Optional[str] = typer.Option(None, "--on"),
+         estimator: Optional[str] = typer.Option(None, "--using"),
+         registry: Optional[Path] = REGISTRY_OPT):
+    """Show one version: identity, lineage and summary (no Parquet scan)."""
+    import json
+
+    from rscale import api
+
+    v = api.show(name, registry, benchmark, estimator)
+    typer.echo(json.dumps({**v.__dict__, "tags": list(v.tags)}, indent=2, default=str))
+
+
+@app.command()
+def tag(name: str = typer.Argument(..., help="NAME@VERSION to tag."),
+        tag_name: str = typer.Argument(..., help="Tag, e.g. released."),
+        benchmark: Optional[str] = typer.Option(None, "--on"),
+        estimator: Optional[str] = typer.Option(None, "--using"),
+        registry: Optional[Path] = REGISTRY_OPT):
+    """Point a movable tag (released, ...) at a version."""
+    from rscale import api
+
+    v = api.tag(name, tag_name, registry, benchmark, estimator)
+    typer.echo(f"{tag_name} -> {v.ref} [{'/'.join(v.series)}]")
+
+
+@app.command()
+def verify(registry: Optional[Path] = REGISTRY_OPT,
+           fmt: str = typer.Option("table", "--format", help="table or json.")):
+    """Re-hash every blob; report missing, corrupt and extra files (exit 1 if any)."""
+    import json
+
+    from rscale import api
+
+    report = api.verify(registry)
+    if fmt == "json":
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(f"checked: {len(report['checked'])}  corrupt: {len(report['corrupt'])}  "
+                   f"missing: {len(report['missing'])}  extra: {len(report['extra'])}")
+        for kind in ("corrupt", "missing", "extra"):
+            for item in report[kind]:
+                typer.echo(f"  {kind}: {item}")
+    if report["corrupt"] or report["missing"] or report["extra"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
+          registry: Optional[Path] = REGISTRY_OPT,
+          fmt: str = typer.Option("table", "--format", help="table, json or csv.")):
+    """Answer a query from stored hardness (see the grammar in the README)."""
+    import json
+    import sys
+
+    from rscale import api
+
+    ans = api.query(text, registry)
+    if fmt == "json":
+        typer.echo(json.dumps(ans, indent=2))
+        return
+    if fmt == "csv":
+        _print_rows(ans["rows"], "csv", [])
+        return
+    typer.echo(f"query: {ans['query']}")
+    _print_rows(ans["rows"], "table", ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high",
+                                       "estimator", "extrapolation"])
+    for w in ans["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+@app.command("export")
+def export_(name: str = typer.Argument(..., help="NAME[@VERSION] to export."),
+            out: Path = typer.Option(..., "--out", "-o", help="Bundle file to write (.tar)."),
+            license: str = typer.Option("unspecified", help="License the hardness is shared under."),
+            benchmark: Optional[str] = typer.Option(None, "--on"),
+            estimator: Optional[str] = typer.Option(None, "--using"),
+            registry: Optional[Path] = REGISTRY_OPT):
+    """Write a verifiable bundle (blobs + manifest with digests) for one version."""
+    from rscale import api
+
+    path, v = api.export(name, out, registry, benchmark, estimator, license)
+    typer.echo(f"exported {v.ref} [{'/'.join(v.series)}] to {path}")
+
+
+@app.command("import")
+def import_cmd(bundle: Path = typer.Argument(..., help="Bundle written by rscale export."),
+               registry: Optional[Path] = REGISTRY_OPT):
+    """Verify a bundle's every digest, then add its version (idempotent)."""
+    from rscale import api
+
+    v, created = api.import_(bundle, registry)
+    typer.echo(f"{'imported' if created else 'already present'}: {v.ref} [{'/'.join(v.series)}]")

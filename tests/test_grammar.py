@@ -1,0 +1,90 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rscale.errors import QuerySyntaxError
+from rscale.query.grammar import BackboneRef, Query, format_size, parse, parse_size
+from rscale.query.measures import Measure
+
+CANONICAL = [
+    ("mAP@1000 at N=1e8 for dinov3_l", "mAP@1000 at N=1e8 for dinov3_l"),
+    ("map@1000 at n = 1e8 for dinov3_l", "mAP@1000 at N=1e8 for dinov3_l"),
+    ("mAP@100, R@1, MRR at N=1e6,1e7,1e8 for dinov3_l", "mAP@100, R@1, MRR at N=1e6,1e7,1e8 for dinov3_l"),
+    ("mAP@1000 at N=759k for dinov3_l", "mAP@1000 at N=759k for dinov3_l"),
+    ("mAP@1000 at N=100_000_000 for dinov3_l", "mAP@1000 at N=1e8 for dinov3_l"),
+    ("mAP@1000 at N=5M for a, b", "mAP@1000 at N=5M for a, b"),
+    ("mAP@1000 at N=1.2B for *", "mAP@1000 at N=1200M for *"),
+    ("mAP@1000 for dinov3_l , siglip2_l", "mAP@1000 for dinov3_l, siglip2_l"),
+    ("mAP@1000 at N=1e8 for dinov3_l on ilias", "mAP@1000 at N=1e8 for dinov3_l on ilias"),
+    ("mAP@1000 on ilias at N=1e8 for dinov3_l using evt", "mAP@1000 at N=1e8 for dinov3_l on ilias using evt"),
+    ("mAP@1000 at N=1e8 for dinov3_l@v2", "mAP@1000 at N=1e8 for dinov3_l@v2"),
+    ("mAP@1000 at N=1e8 for dino*@released expected", "mAP@1000 at N=1e8 for dino*@released expected"),
+    ("mAP @ 1000 at N=1e8 for x PLUGIN", "mAP@1000 at N=1e8 for x plugin"),
+    ("Recall@100 at N=12345 for x", "Recall@100 at N=12345 for x"),
+]
+
+
+@pytest.mark.parametrize("text,want", CANONICAL)
+def test_canonical(text, want):
+    q = parse(text)
+    assert str(q) == want
+    assert parse(str(q)) == q
+
+
+BAD = [
+    ("", "empty query"),
+    ("mAP at N=1e8 for x", "mAP needs a cut-off"),
+    ("nDCG@10 at N=1e8 for x", "unknown measure 'nDCG'"),
+    ("mAP@1000 at N=0 for x", "whole number between 1"),
+    ("mAP@1000 at N=1e8 fro x", "did you mean 'for'"),
+    ("mAP@1000 at M=1e8 for x", "expected N=<size>"),
+    ("mAP@1000 at N=1e8 for a b", "unexpected word 'b'"),
+    ("mAP@1000 at N=1e8 for x on", "expected one benchmark"),
+    ("mAP@1000 at N=1e8 for x for y", "'for' appears twice"),
+    ("mAP@1000 at N=1e8 for x expected plugin", "appears twice"),
+    ("mAP@1000 at N=1e8 for x@ on y", "cannot read backbone"),
+]
+
+
+@pytest.mark.parametrize("text,msg", BAD)
+def test_bad_queries_point_at_the_problem(text, msg):
+    with pytest.raises(QuerySyntaxError) as err:
+        parse(text)
+    assert msg in str(err.value)
+    if text:
+        assert "^" in str(err.value)
+
+
+def test_every_problem_is_listed():
+    with pytest.raises(QuerySyntaxError) as err:
+        parse("nDCG@10, mAP@0 at N=-1 for x")
+    text = str(err.value)
+    assert "nDCG" in text and "whole number >= 1" in text and "gallery size" in text
+    assert text.count("^") >= 3
+
+
+def test_caret_position():
+    with pytest.raises(QuerySyntaxError) as err:
+        parse("mAP@1000 at N=1e8 for a b")
+    first, caret_line = str(err.value).splitlines()[:2]
+    assert first.index("a b") + 2 == caret_line.index("^")
+
+
+names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda s: s not in ("at", "for", "on", "using", "expected", "plugin", "n"))
+
+
+@given(st.lists(st.sampled_from([Measure("mAP", 1000), Measure("R", 1), Measure("MRR"), Measure("Recall", 50)]),
+                min_size=1, max_size=3, unique=True),
+       st.lists(st.integers(1, 10**12), max_size=3),
+       st.lists(st.tuples(names, st.sampled_from([None, "v2", "released"])), min_size=1, max_size=3),
+       st.one_of(st.none(), names), st.one_of(st.none(), st.sampled_from(["evt", "evt-paper", "count"])),
+       st.sampled_from([None, "expected", "plugin"]))
+def test_round_trip_property(measures, sizes, backbones, bench, est, mode):
+    q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode)
+    assert parse(str(q)) == q
+
+
+@given(st.integers(1, 10**15))
+def test_size_format_round_trip(n):
+    assert parse_size(format_size(n)) == n

@@ -1,0 +1,206 @@
+import json
+import multiprocessing as mp
+import os
+import tarfile
+from dataclasses import replace
+
+import pytest
+
+from rscale import api, sim
+from rscale.core.estimators.methods import estimate
+from rscale.errors import FormatError, NotFoundError, RegistryError, SchemaVersionError
+from rscale.sim.presets import PRESETS
+from rscale.store.hardness_file import write_hardness
+from rscale.store.registry import Registry
+from rscale.store.sample_stats_file import write_sample_stats
+
+
+def make_files(tmp_path, preset="sim_gaussian", seed=0, method="evt", queries=40):
+    bench = sim.simulate(replace(PRESETS[preset], n_queries=queries), seed=seed)
+    ss = sim.sample(bench, 500_000, k=300, seed=seed)
+    s_path = write_sample_stats(ss, tmp_path / f"{preset}-{seed}.ss.parquet")
+    h_path = tmp_path / f"{preset}-{seed}-{method}.parquet"
+    write_hardness(estimate(ss, method), ss, h_path)
+    return h_path, s_path
+
+
+def test_register_versions_and_idempotence(tmp_path):
+    reg = tmp_path / "reg"
+    h1, s1 = make_files(tmp_path, seed=0)
+    h2, _ = make_files(tmp_path, seed=1)
+    a = api.register(h1, s1, reg)
+    assert a["created"] and a["ref"] == "sim_gaussian@v1"
+    again = api.register(h1, s1, reg)
+    assert not again["created"] and again["ref"] == "sim_gaussian@v1"
+    b = api.register(h2, None, reg)
+    assert b["ref"] == "sim_gaussian@v2"
+    versions = api.list_versions(reg)
+    assert [v.version for v in versions] == [1, 2]
+    assert "latest" in versions[1].tags and "latest" not in versions[0].tags
+    v1 = api.show("sim_gaussian@v1", reg)
+    assert v1.summary["queries"] == 40 and v1.sample and v1.lineage.startswith("sha256:")
+    assert v1.code_version.startswith("rscale ")
+
+
+def test_blobs_are_read_only_and_content_addressed(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path)
+    api.register(h, s, reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    p = reg.blob_path(v.hardness)
+    assert not os.access(p, os.W_OK) or os.geteuid() == 0
+    assert oct(p.stat().st_mode & 0o777) == "0o444"
+    from rscale.store.registry import sha256_file
+    assert sha256_file(p) == v.hardness
+
+
+def test_tags_move_and_resolve(tmp_path):
+    reg = tmp_path / "reg"
+    h1, _ = make_files(tmp_path, seed=0)
+    h2, _ = make_files(tmp_path, seed=1)
+    api.register(h1, None, reg)
+    api.register(h2, None, reg)
+    api.tag("sim_gaussian@v1", "released", reg)
+    assert api.show("sim_gaussian@released", reg).version == 1
+    api.tag("sim_gaussian@v2", "released", reg)
+    assert api.show("sim_gaussian@released", reg).version == 2
+    with pytest.raises(RegistryError, match="reserved"):
+        api.tag("sim_gaussian@v1", "latest", reg)
+
+
+def test_unknown_names_suggest(tmp_path):
+    reg = tmp_path / "reg"
+    h, _ = make_files(tmp_path)
+    api.register(h, None, reg)
+    with pytest.raises(NotFoundError, match="Did you mean 'sim_gaussian'"):
+        api.show("sim-gaussian", reg)
+    with pytest.raises(NotFoundError, match="no version 'v9'"):
+        api.show("sim_gaussian@v9", reg)
+    with pytest.raises(RegistryError, match="no registry at"):
+        api.list_versions(tmp_path / "nowhere")
+
+
+def test_verify_reports_corrupt_missing_extra(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path)
+    api.register(h, s, reg_root)
+    reg = Registry(reg_root)
+    assert len(api.verify(reg_root)["checked"]) == 3
+    v = reg.get("sim_gaussian")
+    victim = reg.blob_path(v.tail)
+    os.chmod(victim, 0o644)
+    victim.write_bytes(victim.read_bytes()[:-10] + b"0123456789")
+    reg.blob_path(v.sample).unlink()
+    (reg.blob_dir / "stray.parquet").write_bytes(b"x")
+    report = api.verify(reg_root)
+    assert report["corrupt"] == [v.tail] and report["missing"] == [v.sample]
+    assert report["extra"] == ["blobs/sha256/stray.parquet"]
+
+
+def _writer(args):
+    root, h, i = args
+    from rscale import api as a
+    return a.register(h, None, root, backbone=f"bb{i % 3}")["ref"]
+
+
+def test_concurrent_writers_in_several_processes(tmp_path):
+    hs = [make_files(tmp_path, seed=i, queries=10)[0] for i in range(6)]
+    root = str(tmp_path / "reg")
+    Registry(root).init()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        refs = pool.map(_writer, [(root, str(h), i) for i, h in enumerate(hs)])
+    assert sorted(refs) == sorted(["bb0@v1", "bb0@v2", "bb1@v1", "bb1@v2", "bb2@v1", "bb2@v2"])
+    versions = Registry(root).versions()
+    assert len(versions) == 6
+    assert not api.verify(root)["corrupt"]
+
+
+def test_query_answers_from_registry(tmp_path):
+    reg = tmp_path / "reg"
+    for preset in ("sim_gaussian", "sim_bounded"):
+        h, _ = make_files(tmp_path, preset=preset)
+        api.register(h, None, reg)
+    ans = api.query("map@1000, R@1 at N=1e6,1e8 for sim_*", reg)
+    assert ans["query"] == "mAP@1000, R@1 at N=1e6,1e8 for sim_*"
+    assert len(ans["rows"]) == 8
+    for r in ans["rows"]:
+        assert r["ci_low"] <= r["value"] <= r["ci_high"]
+    by = {(r["backbone"], r["measure"], r["N"]): r["value"] for r in ans["rows"]}
+    assert by[("sim_gaussian", "mAP@1000", 1e6)] >= by[("sim_gaussian", "mAP@1000", 1e8)]
+    # the stored answer equals predicting from the original file
+    one = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
+    h, _ = make_files(tmp_path, preset="sim_gaussian")
+    assert one["value"] == pytest.approx(api.predict(h, ["mAP@1000"], [1e8])[0]["value"])
+
+
+def test_query_errors(tmp_path):
+    reg = tmp_path / "reg"
+    h, _ = make_files(tmp_path)
+    api.register(h, None, reg)
+    from rscale.errors import QuerySyntaxError
+    with pytest.raises(QuerySyntaxError, match="add 'at N=1e8'"):
+        api.query("mAP@1000 for sim_gaussian", reg)
+    with pytest.raises(NotFoundError, match="Did you mean"):
+        api.query("mAP@1000 at N=1e8 for sim_gausian", reg)
+
+
+def test_bundle_round_trip_and_tamper(tmp_path):
+    src = tmp_path / "src"
+    h, s = make_files(tmp_path)
+    api.register(h, s, src)
+    bundle, v = api.export("sim_gaussian", tmp_path / "b.tar", src, license="CC-BY-4.0")
+    dst = tmp_path / "dst"
+    imported, created = api.import_(bundle, dst)
+    assert created and imported.hardness == v.hardness
+    imported2, created2 = api.import_(bundle, dst)
+    assert not created2 and imported2.version == imported.version
+    assert imported.summary["license"] == "CC-BY-4.0"
+    # tamper with one blob: refused, nothing new visible
+    tampered = tmp_path / "t.tar"
+    with tarfile.open(bundle) as tin, tarfile.open(tampered, "w") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read()
+            if m.name.startswith("blobs/") and m.size < 200_000:
+                data = data[:-1] + bytes([data[-1] ^ 1])
+            import io
+            tout.addfile(m, io.BytesIO(data))
+    fresh = tmp_path / "fresh"
+    with pytest.raises(FormatError, match="does not match its digest"):
+        api.import_(tampered, fresh)
+    assert not (fresh / "catalog.duckdb").exists()
+    assert not list((fresh).glob("blobs/**/*.parquet")) if (fresh / "blobs").exists() else True
+    # truncated
+    trunc = tmp_path / "trunc.tar"
+    trunc.write_bytes(bundle.read_bytes()[:5000])
+    with pytest.raises(FormatError):
+        api.import_(trunc, fresh)
+    # a path escaping the target
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(bundle) as tin, tarfile.open(evil, "w") as tout:
+        manifest = tin.extractfile("manifest.json").read()
+        import io
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(manifest)
+        tout.addfile(info, io.BytesIO(manifest))
+        bad = tarfile.TarInfo("../escape.txt")
+        bad.size = 3
+        tout.addfile(bad, io.BytesIO(b"bad"))
+    with pytest.raises(FormatError, match="unexpected member"):
+        api.import_(evil, fresh)
+    assert not (tmp_path / "escape.txt").exists()
+    # a bundle from a newer rscale
+    newer = tmp_path / "newer.tar"
+    with tarfile.open(bundle) as tin, tarfile.open(newer, "w") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read()
+            if m.name == "manifest.json":
+                man = json.loads(data)
+                man["bundle_version"] = 99
+                data = json.dumps(man).encode()
+                m.size = len(data)
+            import io
+            tout.addfile(m, io.BytesIO(data))
+    with pytest.raises(SchemaVersionError, match="upgrade rscale"):
+        api.import_(newer, fresh)
