@@ -15,17 +15,23 @@ export TRANSFORMERS_OFFLINE=1
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test,pipeline]'
 	touch $@
 
+# The main job: the DVC pipeline fills ./registry for the simulated backbones in params.yaml,
+# then `rscale query` answers are printed next to simulated truth.
 demo: $(VENV)/.installed
-	$(VENV)/bin/rscale demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	$(VENV)/bin/rscale demo --registry registry --config params.yaml
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/law_speed.py
+	$(PY) benchmarks/tailfit_speed.py
+	$(PY) benchmarks/query_speed.py
+	$(PY) benchmarks/accuracy.py --draws 2
 
 clean-venv:
 	rm -rf $(VENV)

@@ -264,12 +264,12 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     rows, warnings, per_query = [], [], {}
     for v in versions:
         est, info = read_hardness(reg.blob_path(v.hardness))
-        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None
         s_max = float(est.n_sampled.max())
         for m in q.measures:
             for n in q.sizes:
                 pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
-                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
+                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
                 per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
                 rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                              "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
@@ -283,7 +283,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
             for a, b in zip(group, group[1:]):
                 qa, va = per_query[(f"{a['backbone']}@{a['version']}", str(m), n)]
                 qb, vb = per_query[(f"{b['backbone']}@{b['version']}", str(m), n)]
-                if qa.shape != qb.shape or not (qa == qb).all():
+                if not bootstrap or qa.shape != qb.shape or not (qa == qb).all():
                     continue
                 d = paired_difference(va, vb, bootstrap, seed, level)
                 if not d.resolved:
@@ -309,3 +309,93 @@ def import_(bundle, registry=None):
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
     return import_bundle(Registry.locate(registry), bundle)
+
+
+def load_config(path, section: str) -> dict:
+    """One section of a params.yaml-style file (e.g. ``estimate``), as a dict."""
+    import yaml
+
+    from rscale.errors import FormatError
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise FormatError("file not found", path=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise FormatError(f"not valid YAML ({exc})", path=str(path)) from None
+    if section not in data or not isinstance(data[section], dict):
+        raise FormatError(f"no '{section}:' section", path=str(path),
+                          hint=f"add a mapping under '{section}:' (see params.yaml)")
+    return dict(data[section])
+
+
+def estimator_from_config(path) -> tuple[str, list[str]]:
+    """(method, ['name=value', ...]) from the ``estimate:`` section of a config file.
+
+    The section names the method and may hold one sub-mapping of parameters per method
+    (``evt: {q: 0.95}``); only the chosen method's parameters are used, so switching the method
+    in an experiment needs no other change.
+    """
+    cfg = load_config(path, "estimate")
+    method = str(cfg.get("method", "evt"))
+    params = cfg.get(method) or {}
+    if not isinstance(params, dict):
+        from rscale.errors import FormatError
+        raise FormatError(f"'estimate.{method}' must be a mapping of parameters", path=str(path))
+    return method, [f"{k}={v}" for k, v in sorted(params.items())]
+
+
+def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
+    """A markdown summary of a registry: latest version of every series x measures x sizes."""
+    from rscale.query.grammar import format_size
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    versions = [v for v in reg.versions() if "latest" in v.tags]
+    lines = [f"# rscale report: {reg.root}", ""]
+    for m in measures:
+        lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | "
+                  + " | ".join(f"N={format_size(int(n))}" for n in sizes) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(sizes)]
+        for v in versions:
+            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} for {v.backbone}@v{v.version} "
+                        f"on {v.benchmark} using {v.estimator}", registry, bootstrap=200)
+            cells = [f"{r['value']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in ans["rows"]]
+            lines.append(f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | "
+                         f"{v.summary.get('S_max', 0):,} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Estimator diagnostics", "", "| backbone | estimator | queries | positives | rules |", "|---|---|---|---|---|"]
+    for v in versions:
+        rules = ", ".join(f"{k} {val:.0%}" for k, val in sorted(v.summary.get("rules", {}).items()))
+        lines.append(f"| {v.backbone} | {v.estimator} | {v.summary.get('queries')} | {v.summary.get('positives')} | {rules} |")
+    return "\n".join(lines) + "\n"
+
+
+def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
+    """After `dvc repro`: every configured backbone's registry answer next to simulated truth.
+
+    The truth is recomputed by the simulator from the same preset, sample size and seed the
+    pipeline's sample stage used (it is deterministic), at the ``report.n`` gallery size.
+    """
+    from dataclasses import replace
+
+    from rscale import sim
+    from rscale.sim.presets import preset
+
+    import yaml
+    with open(config) as f:
+        cfg = yaml.safe_load(f)
+    samp, n = cfg["sample"], float(cfg.get("report", {}).get("n", 1e8))
+    rows = []
+    for name in cfg["backbones"]:
+        spec = replace(preset(name), n_queries=int(samp["queries"]))
+        bench = sim.simulate(spec, seed=int(samp["seed"]))
+        ss = sim.sample(bench, int(samp["s"]), k=int(samp["k"]), seed=int(samp["seed"]))
+        truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=int(samp["seed"])).mean())
+        ans = query(f"mAP@1000 at N={int(n)} for {name}", registry)
+        r = ans["rows"][0]
+        at_s = float(law.map_at_k(estimate_count(ss).hardness(), float(samp["s"]), 1000))
+        rows.append({"backbone": name, "query": ans["query"], "version": r["version"], "truth": truth,
+                     "predicted": r["value"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                     "evaluate_at_s": at_s, "estimator": r["estimator"], "S": int(samp["s"]), "N": n})
+    return rows

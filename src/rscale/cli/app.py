@@ -41,11 +41,27 @@ def demo(
     queries: Optional[int] = typer.Option(None, help="Override the number of queries."),
     seed: int = typer.Option(0, help="Random seed."),
     backbone: Optional[list[str]] = typer.Option(None, "--backbone", "-b", help="Simulated backbone(s)."),
+    registry: Optional[Path] = typer.Option(None, "--registry", "-r", help="After `dvc repro`: answer from "
+                                            "this registry (with --config) instead of simulating in process."),
+    config: Path = typer.Option(Path("params.yaml"), "--config", help="The pipeline's params.yaml."),
 ):
     """Simulate benchmarks, sample a share of the pool, print truth next to predictions."""
     from rich.table import Table
 
     from rscale import api
+
+    if registry is not None:
+        rows = api.pipeline_demo(config, registry)
+        table = Table(title=f"rscale query answers from {registry} vs simulated truth "
+                            f"(mAP@1000 at N={rows[0]['N']:.3g}, sample S={rows[0]['S']:,})")
+        for c in ("query", "version", "truth", "predicted [95% CI]", "error", "evaluate-at-S"):
+            table.add_column(c, no_wrap=c != "query")
+        for r in rows:
+            table.add_row(r["query"], r["version"], f"{r['truth']:.4f}",
+                          f"{r['predicted']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                          f"{r['predicted'] - r['truth']:+.4f}", f"{r['evaluate_at_s']:.4f}")
+        _console().print(table)
+        return
 
     size = _parse_size(n)
     rows = api.demo(backbone, n=size, fraction=fraction, k=k, n_queries=queries, seed=seed)
@@ -98,6 +114,8 @@ def estimate(
     method: str = typer.Option("evt", "--method", "-m", help="evt (default), evt-paper or count."),
     param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Estimator parameter name=value (repeatable)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Hardness Parquet file to write."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Take method and parameters from the "
+                                          "'estimate:' section of this YAML file (params.yaml)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ):
     """Estimate per-positive hardness from a distractor sample."""
@@ -105,7 +123,11 @@ def estimate(
 
     from rscale import api
 
-    summary = api.estimate(sample_stats, method, param or (), out)
+    params = list(param or ())
+    if config:
+        method, from_file = api.estimator_from_config(config)
+        params = from_file + params
+    summary = api.estimate(sample_stats, method, params, out)
     if fmt == "json":
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -175,12 +197,17 @@ def register(
     backbone: Optional[str] = typer.Option(None, help="Override the backbone name from the file's metadata."),
     benchmark: Optional[str] = typer.Option(None, help="Override the benchmark name."),
     source: Optional[str] = typer.Option(None, help="Override the distractor source."),
+    receipt: Optional[Path] = typer.Option(None, help="Write a small JSON receipt (ref + digest), e.g. for DVC."),
     registry: Optional[Path] = REGISTRY_OPT,
 ):
     """Store a hardness table as a new immutable version (a no-op if identical content is there)."""
     from rscale import api
 
     out = api.register(hardness, sample, registry, backbone, benchmark, source)
+    if receipt:
+        import json
+        receipt.parent.mkdir(parents=True, exist_ok=True)
+        receipt.write_text(json.dumps({k: out[k] for k in ("ref", "hardness", "series")}, indent=2, sort_keys=True) + "\n")
     verb = "registered" if out["created"] else "already registered (no change)"
     typer.echo(f"{verb}: {out['ref']}  [{out['series']}]  {out['hardness']}")
 
@@ -302,3 +329,24 @@ def import_cmd(bundle: Path = typer.Argument(..., help="Bundle written by rscale
 
     v, created = api.import_(bundle, registry)
     typer.echo(f"{'imported' if created else 'already present'}: {v.ref} [{'/'.join(v.series)}]")
+
+
+@app.command()
+def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write markdown (.md) or HTML (.html)."),
+           metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
+           n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
+           registry: Optional[Path] = REGISTRY_OPT):
+    """Summarise a registry: backbones x gallery sizes, with estimator diagnostics."""
+    from rscale import api
+
+    text = api.report(registry, metric, [_parse_size(v) for v in n])
+    if out is None:
+        typer.echo(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".html":
+        import html
+        body = html.escape(text)
+        text = f"<!doctype html><meta charset=utf-8><title>rscale report</title><pre>{body}</pre>\n"
+    out.write_text(text)
+    typer.echo(f"wrote {out}")

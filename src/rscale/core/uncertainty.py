@@ -21,7 +21,9 @@ from rscale.errors import InvalidArgumentError
 
 
 def bootstrap_indices(n_queries: int, b: int = 1000, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng([seed, 23]).integers(0, n_queries, (b, n_queries))
+    """B rows of query indices drawn with replacement (int32: half the memory traffic of int64)."""
+    dtype = np.int32 if n_queries < 2**31 else np.int64
+    return np.random.default_rng([seed, 23]).integers(0, n_queries, (b, n_queries), dtype=dtype)
 
 
 def query_bootstrap(per_query, b: int = 1000, seed: int = 0, idx=None) -> np.ndarray:

@@ -1,0 +1,94 @@
+"""Query-path speed: answering from stored hardness in process, and the CLI's cold start.
+
+Targets (issue 4): a query over a stored hardness table of 10k queries answers in milliseconds
+in process; `rscale query` cold start close to the floor of importing duckdb + pyarrow. All
+figures are measured side by side in this run.
+
+Run: .venv/bin/python benchmarks/query_speed.py
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def timed(cmd, env, repeat=5):
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, capture_output=True)
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def main():
+    from rscale import api
+    from rscale.core.estimators.methods import estimate
+    from rscale.sim.benchmark import SimSpec, sample, simulate
+    from rscale.store.hardness_file import write_hardness
+
+    tmp = Path(tempfile.mkdtemp())
+    bench = simulate(SimSpec(name="speed", family="gaussian", n_queries=10_000, mean_positives=6.0), seed=0)
+    ss = sample(bench, 5_000_000, k=4000, seed=0)
+    est = estimate(ss, "evt")
+    h = tmp / "h.parquet"
+    write_hardness(est, ss, h)
+    reg = tmp / "reg"
+    api.register(h, None, reg)
+    q = "mAP@1000 at N=1e8 for speed"
+    api.query(q, reg)  # warm
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        api.query(q, reg, bootstrap=200)
+        times.append(time.perf_counter() - t)
+    t_query = statistics.median(times)
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        api.query(q, reg, bootstrap=0)
+        times.append(time.perf_counter() - t)
+    t_point = statistics.median(times)
+    from rscale.core.law import Hardness, map_at_k
+    hh = Hardness.from_flat(est.x, est.offsets)
+    times = []
+    for _ in range(50):
+        t = time.perf_counter()
+        map_at_k(hh, 1e8, 1000)
+        times.append(time.perf_counter() - t)
+    t_law = statistics.median(times)
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        api.query(q, reg, bootstrap=1000)
+        times.append(time.perf_counter() - t)
+    t_query_1000 = statistics.median(times)
+    env = {**os.environ, "RSCALE_REGISTRY": str(reg)}
+    py = sys.executable
+    t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"], env)
+    t_floor_all = timed([py, "-c", "import duckdb, pyarrow.parquet, typer, rich, numpy"], env)
+    t_help = timed([py, "-m", "rscale.cli", "--help"], env)
+    t_cli = timed([py, "-m", "rscale.cli", "query", q, "--format", "json"], env)
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}")
+    print(f"registry with one version: {ss.n_queries} queries, {ss.n_positives} positives")
+    print(f"in process, the law alone (hardness in memory)    {t_law * 1e3:8.1f} ms")
+    print(f"in process, api.query, no CI (catalog + Parquet)  {t_point * 1e3:8.1f} ms")
+    print(f"in process, api.query (200 bootstrap resamples)   {t_query * 1e3:8.1f} ms")
+    print(f"in process, api.query (1000 bootstrap resamples)  {t_query_1000 * 1e3:8.1f} ms")
+    print(f"cold: python -c 'import duckdb, pyarrow.parquet'   {t_floor * 1e3:8.0f} ms (floor)")
+    print(f"cold: + typer, rich, numpy                          {t_floor_all * 1e3:8.0f} ms")
+    print(f"cold: rscale --help                                 {t_help * 1e3:8.0f} ms ({t_help / t_floor:.2f}x floor)")
+    print(f"cold: rscale query ... --format json                {t_cli * 1e3:8.0f} ms ({t_cli / t_floor:.2f}x floor)")
+
+
+if __name__ == "__main__":
+    main()
