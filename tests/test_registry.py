@@ -204,3 +204,46 @@ def test_bundle_round_trip_and_tamper(tmp_path):
             tout.addfile(m, io.BytesIO(data))
     with pytest.raises(SchemaVersionError, match="upgrade rscale"):
         api.import_(newer, fresh)
+
+
+def test_budget_warning_diff_and_lineage(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, preset="sim_neardup", queries=60)
+    out = api.register(h, s, reg)
+    v = api.show(out["ref"], reg)
+    b = v.summary["budget"]
+    assert b["N"][0] == 1e5 and len(b["sufficient"]) == len(b["N"]) == len(b["noise"])
+    # a size the budget does not support produces a warning naming it
+    unsupported = [n for n, ok in zip(b["N"], b["sufficient"]) if not ok]
+    ans = api.query(f"mAP@1000 at N={int(unsupported[0]) if unsupported else int(1e10)} for sim_neardup", reg)
+    if unsupported:
+        assert any("does not support" in w for w in ans["warnings"])
+    lin = api.lineage("sim_neardup", reg)
+    assert lin["inputs"]["sample"]["digest"] == v.sample
+    assert lin["inputs"]["sample"]["meta"]["backbone"] == "sim_neardup"
+    assert lin["params"]["count_test"] == 0.01
+    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=60)
+    api.register(h2, None, reg)
+    d = api.diff("sim_neardup@v1", "sim_neardup@v2", reg, top=3)
+    assert d["queries_compared"] == 60 and len(d["largest_query_changes"]) == 3
+    assert d["ci_low"] <= d["difference"] <= d["ci_high"]
+    same = api.diff("sim_neardup@v1", "sim_neardup@v1", reg)
+    assert same["difference"] == 0 and same["rule_changed_share"] == 0
+
+
+def test_missing_blob_is_a_clear_error(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, _ = make_files(tmp_path)
+    api.register(h, None, reg_root)
+    reg = Registry(reg_root)
+    reg.blob_path(reg.get("sim_gaussian").hardness).unlink()
+    with pytest.raises(RegistryError, match="missing.*rscale verify"):
+        api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root)
+
+
+def test_corrupt_catalog_is_a_clear_error(tmp_path):
+    reg_root = tmp_path / "reg"
+    reg_root.mkdir()
+    (reg_root / "catalog.duckdb").write_bytes(b"not a database")
+    with pytest.raises(RegistryError):
+        api.list_versions(reg_root)

@@ -33,12 +33,13 @@ def test_paired_difference_resolution():
 
 def test_sufficient_budget():
     rng = np.random.default_rng(3)
-    base = rng.random(1000)
-    converged = np.stack([base + 0.05, base + 0.01, base + rng.normal(0, 0.01, 1000), base])
+    base = rng.random(1000)          # query noise: 1.96 * 0.29 / sqrt(1000) = 0.018
+    converged = np.stack([base + 0.05, base + 0.01, base + 0.005 + rng.normal(0, 0.01, 1000), base])
     check = sufficient_budget(converged, [0.125, 0.25, 0.5, 1.0])
-    assert check.sufficient
-    drifting = np.stack([base + 0.08, base + 0.06, base + 0.04, base + 0.02 * 0])
-    assert not sufficient_budget(drifting, [0.125, 0.25, 0.5, 1.0]).sufficient
+    assert check.sufficient and check.noise == pytest.approx(1.96 * base.std(ddof=1) / np.sqrt(1000))
+    drifting = np.stack([base + 0.12, base + 0.08, base + 0.04, base])
+    check = sufficient_budget(drifting, [0.125, 0.25, 0.5, 1.0])
+    assert not check.sufficient and check.last_step.value == pytest.approx(-0.04)
 
 
 def test_distractor_spread():

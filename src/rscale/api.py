@@ -6,6 +6,7 @@ the CLI only parses arguments and prints.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,6 +204,12 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
                "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    if sample_stats is not None:
+        from rscale.errors import RscaleError
+        try:
+            summary["budget"] = budget_check(sample_stats, est.method, est.params)
+        except RscaleError as exc:  # a sample too small to halve three times: say so, still register
+            summary["budget"] = {"error": str(exc)}
     reg = Registry.locate(registry)
     version, created = reg.register(
         backbone=backbone or meta.get("backbone") or "unnamed",
@@ -263,7 +270,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=estimator)
     rows, warnings, per_query = [], [], {}
     for v in versions:
-        est, info = read_hardness(reg.blob_path(v.hardness))
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
         idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None
         s_max = float(est.n_sampled.max())
         for m in q.measures:
@@ -289,6 +296,20 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
                 if not d.resolved:
                     warnings.append(f"{m} at N={n:g}: {a['backbone']} vs {b['backbone']} differ by {d.value:+.4f}, "
                                     f"within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): not ranked")
+    for v in versions:
+        budget = v.summary.get("budget")
+        if not budget or "error" in budget:
+            continue
+        for r in rows:
+            if r["backbone"] != v.backbone or r["version"] != f"v{v.version}" or not r["measure"].startswith("mAP"):
+                continue
+            above = [i for i, bn in enumerate(budget["N"]) if bn >= r["N"]]
+            if above and not budget["sufficient"][above[0]]:
+                i = above[0]
+                warnings.append(
+                    f"{v.backbone}: the sample (S={budget['S']:,}) does not support N={r['N']:g}: halving it moves "
+                    f"{budget['measure']} at N={budget['N'][i]:g} by {budget['last_step'][i]:+.4f}, more than "
+                    f"query-sampling noise ({budget['noise'][i]:.4f})")
     for r in rows:
         if r["extrapolation"] > 1000:
             warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
@@ -399,3 +420,134 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
                      "predicted": r["value"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
                      "evaluate_at_s": at_s, "estimator": r["estimator"], "S": int(samp["s"]), "N": n})
     return rows
+
+
+def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
+    """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
+    import pyarrow.parquet as pq
+
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    out = {"ref": v.ref, "series": dict(zip(("backbone", "benchmark", "source", "estimator"), v.series)),
+           "lineage": v.lineage, "estimator": v.estimator, "params": v.params, "code_version": v.code_version,
+           "mlflow_run_id": v.mlflow_run_id, "created": v.created, "outputs": {}, "inputs": {}}
+    for kind in ("hardness", "tail", "sample"):
+        digest = getattr(v, kind)
+        if not digest:
+            continue
+        entry = {"digest": digest, "path": str(reg.blob_path(digest))}
+        if reg.blob_path(digest).exists():
+            md = {k.decode(): val.decode() for k, val in (pq.read_schema(reg.blob_path(digest)).metadata or {}).items()}
+            if "rscale.meta" in md:
+                entry["meta"] = json.loads(md["rscale.meta"])
+        else:
+            entry["missing"] = True
+        (out["inputs"] if kind == "sample" else out["outputs"])[kind] = entry
+    if not v.sample:
+        out["inputs"]["note"] = "registered without its sample stats (rscale register --sample records them)"
+    return out
+
+
+def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
+         benchmark=None, estimator=None) -> dict:
+    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.uncertainty import paired_difference
+    from rscale.errors import InvalidArgumentError
+    from rscale.query.measures import Measure
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    m = Measure.parse(measure)
+    sides = []
+    for name in (a, b):
+        base, _, ver = name.partition("@")
+        v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        sides.append((v, est, info))
+    (va, ea, ia), (vb, eb, ib) = sides
+    qa, qb = ia["query_ids"], ib["query_ids"]
+    common, ia_idx, ib_idx = np.intersect1d(qa, qb, return_indices=True)
+    if common.size < 2:
+        raise InvalidArgumentError(f"{va.ref} and {vb.ref} share {common.size} queries; a diff needs the same queries")
+    pa_ = predict_per_query(ea, m.law_metric, n, m.k)[ia_idx]
+    pb_ = predict_per_query(eb, m.law_metric, n, m.k)[ib_idx]
+    d = paired_difference(pb_, pa_)
+    delta = pb_ - pa_
+    order = np.argsort(-np.abs(delta))[:top]
+    # per-positive hardness, aligned by (query, positive) ids
+    def keyed(est, info):
+        qid = np.repeat(info["query_ids"], np.diff(est.offsets))
+        pid = np.asarray(info["positive_ids"].to_pylist(), dtype=str)
+        return np.char.add(np.char.add(qid.astype(str), "\x00"), pid), est.x, est.rule
+    ka, xa, ra = keyed(ea, ia)
+    kb, xb, rb = keyed(eb, ib)
+    _, pa_idx, pb_idx = np.intersect1d(ka, kb, return_indices=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr = np.log10(xb[pb_idx] / xa[pa_idx])
+    finite = np.isfinite(lr)
+    return {
+        "a": va.ref + f" [{'/'.join(va.series)}]", "b": vb.ref + f" [{'/'.join(vb.series)}]",
+        "measure": str(m), "N": n, "queries_compared": int(common.size),
+        "value_a": float(pa_.mean()), "value_b": float(pb_.mean()), "difference": d.value,
+        "ci_low": d.lo, "ci_high": d.hi, "resolved": d.resolved,
+        "positives_compared": int(pa_idx.size),
+        "median_log10_hardness_ratio": float(np.median(lr[finite])) if finite.any() else None,
+        "rule_changed_share": float(np.mean(ra[pa_idx] != rb[pb_idx])) if pa_idx.size else None,
+        "largest_query_changes": [{"query_id": str(common[i]), "a": float(pa_[i]), "b": float(pb_[i]),
+                                   "delta": float(delta[i])} for i in order],
+    }
+
+
+BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
+
+
+def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000",
+                 sizes=BUDGET_SIZES, seed: int = 0) -> dict:
+    """The sufficient-budget diagnostic of a sample, for the gallery sizes in ``sizes``.
+
+    Re-estimates hardness on nested sub-samples S/8, S/4, S/2 (derived from the sample stats)
+    and predicts ``measure`` from each; N is supported when the last doubling (S/2 -> S) moves the
+    prediction by less than query-sampling noise and less than 0.01. The sub-samples keep only the
+    matching share of the top-K list, so their tail fits see fewer excesses than a real run at that
+    size would: the check errs on the side of warning.
+    """
+    from dataclasses import fields as dc_fields
+
+    from rscale.core.estimators.evt import EVTConfig
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import subsample
+    from rscale.core.uncertainty import sufficient_budget
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    m = Measure.parse(measure)
+    kwargs = {}
+    if method == "evt":
+        known = {f.name for f in dc_fields(EVTConfig)}
+        kwargs = {k: v for k, v in params.items() if k in known}
+    chain = [ss]
+    for i in range(3):
+        chain.append(subsample(chain[-1], 0.5, seed=seed + i))
+    chain = chain[::-1]                                   # S/8, S/4, S/2, S
+    fractions = [0.125, 0.25, 0.5, 1.0]
+    ests = [run(sub, method, **kwargs) for sub in chain]
+    out = {"measure": str(m), "fractions": fractions, "S": int(ss.n_sampled.max()), "N": [], "predictions": [],
+           "last_step": [], "last_step_ci": [], "sufficient": []}
+    for n in sizes:
+        per = [predict_per_query(e, m.law_metric, n, m.k) for e in ests]
+        check = sufficient_budget(per, fractions, seed=seed, b=500)
+        out["N"].append(float(n))
+        out["predictions"].append([round(float(p), 5) for p in check.predictions])
+        out["last_step"].append(round(check.last_step.value, 5))
+        out["last_step_ci"].append([round(check.last_step.lo, 5), round(check.last_step.hi, 5)])
+        out["sufficient"].append(bool(check.sufficient))
+        out.setdefault("noise", []).append(round(check.noise, 5))
+    ok = [n for n, good in zip(out["N"], out["sufficient"]) if good]
+    out["supported_up_to"] = max(ok) if ok and out["sufficient"][0] else None
+    return out

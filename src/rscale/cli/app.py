@@ -350,3 +350,45 @@ def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write m
         text = f"<!doctype html><meta charset=utf-8><title>rscale report</title><pre>{body}</pre>\n"
     out.write_text(text)
     typer.echo(f"wrote {out}")
+
+
+@app.command()
+def lineage(name: str = typer.Argument(..., help="NAME[@VERSION]."),
+            benchmark: Optional[str] = typer.Option(None, "--on"),
+            estimator: Optional[str] = typer.Option(None, "--using"),
+            registry: Optional[Path] = REGISTRY_OPT):
+    """What made a version: estimator, parameters, code version, run id, input digests (JSON)."""
+    import json
+
+    from rscale import api
+
+    typer.echo(json.dumps(api.lineage(name, registry, benchmark, estimator), indent=2, default=str))
+
+
+@app.command()
+def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
+         b: str = typer.Argument(..., help="NAME[@VERSION] (compared against a)."),
+         metric: str = typer.Option("mAP@1000", "--metric"),
+         n: str = typer.Option("1e8", "--n"),
+         top: int = typer.Option(10, help="How many of the most-changed queries to list."),
+         benchmark: Optional[str] = typer.Option(None, "--on"),
+         estimator: Optional[str] = typer.Option(None, "--using"),
+         fmt: str = typer.Option("table", "--format", help="table or json."),
+         registry: Optional[Path] = REGISTRY_OPT):
+    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
+    import json
+
+    from rscale import api
+
+    out = api.diff(a, b, registry, metric, _parse_size(n), top, benchmark, estimator)
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2))
+        return
+    verdict = "resolved" if out["resolved"] else "NOT resolved (CI contains 0)"
+    typer.echo(f"{out['measure']} at N={out['N']:.3g}: a={out['value_a']:.4f} b={out['value_b']:.4f} "
+               f"b-a={out['difference']:+.4f} [95% CI {out['ci_low']:+.4f}, {out['ci_high']:+.4f}] {verdict}")
+    typer.echo(f"queries compared: {out['queries_compared']}, positives: {out['positives_compared']}, "
+               f"median log10 hardness ratio b/a: {out['median_log10_hardness_ratio']}, "
+               f"rule changed: {out['rule_changed_share']}")
+    for r in out["largest_query_changes"]:
+        typer.echo(f"  {r['query_id']}: {r['a']:.4f} -> {r['b']:.4f} ({r['delta']:+.4f})")

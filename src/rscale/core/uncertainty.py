@@ -5,8 +5,9 @@
 - :func:`paired_difference`: the same resampled queries for two backbones; a difference whose CI
   contains 0 is *not resolved*.
 - :func:`sufficient_budget`: predictions from nested sub-samples S/8, S/4, S/2, S; the budget is
-  sufficient for N when the last doubling changes the prediction by less than query-sampling
-  noise (its paired CI contains 0) and by less than ``tolerance``.
+  sufficient for N when the last doubling changes the prediction by no more than query-sampling
+  noise (the half-width of the full-sample prediction's 95% query CI, 1.96 sd / sqrt(Q)), the
+  paper's criterion (appendix D).
 - :func:`distractor_spread`: the spread of predictions over disjoint half-samples, the
   distractor-sampling-plus-fit term (the paper's nested bootstrap, sigma ~ 0.003 at 5%).
 """
@@ -68,23 +69,23 @@ def paired_difference(per_query_a, per_query_b, b: int = 1000, seed: int = 0,
 class BudgetCheck:
     fractions: np.ndarray        # (L,) sub-sample shares, ascending, ending at 1
     predictions: np.ndarray      # (L,) predicted metric from each
-    last_step: Difference        # prediction(S) - prediction(S/2)
-    tolerance: float
+    last_step: Difference        # prediction(S) - prediction(S/2), with its paired CI
+    noise: float                 # half-width of the full-sample prediction's 95% query CI
 
     @property
     def sufficient(self) -> bool:
-        return (not self.last_step.resolved) and abs(self.last_step.value) <= self.tolerance
+        return abs(self.last_step.value) <= self.noise
 
 
-def sufficient_budget(per_query_by_fraction, fractions, tolerance: float = 0.01, b: int = 1000,
-                      seed: int = 0) -> BudgetCheck:
+def sufficient_budget(per_query_by_fraction, fractions, b: int = 1000, seed: int = 0) -> BudgetCheck:
     """Compare per-query predictions from nested sub-samples (rows, ascending fractions)."""
     pq = np.asarray(per_query_by_fraction, dtype=np.float64)
     fr = np.asarray(fractions, dtype=np.float64)
     if pq.ndim != 2 or pq.shape[0] != fr.size or fr.size < 2:
         raise InvalidArgumentError("need per-query predictions for at least two nested fractions")
     last = paired_difference(pq[-1], pq[-2], b, seed)
-    return BudgetCheck(fr, pq.mean(axis=1), last, tolerance)
+    noise = 1.96 * pq[-1].std(ddof=1) / np.sqrt(pq.shape[1])
+    return BudgetCheck(fr, pq.mean(axis=1), last, float(noise))
 
 
 def distractor_spread(predictions) -> float:

@@ -157,6 +157,14 @@ class Registry:
         hexd = digest.split(":", 1)[1]
         return self.blob_dir / hexd[:2] / f"{hexd}.parquet"
 
+    def existing_blob(self, digest: str, owner: str = "") -> Path:
+        """The path of a blob that must exist; a clear error when it does not."""
+        p = self.blob_path(digest)
+        if not p.exists():
+            raise RegistryError(f"the blob {digest} of {owner or 'this version'} is missing from {self.root}. "
+                                "Run 'rscale verify' and restore it (rscale import BUNDLE, or dvc pull)")
+        return p
+
     def put_blob(self, src: str | os.PathLike) -> str:
         """Copy a file into the blob store (atomic, read-only); return its digest."""
         digest = sha256_file(src)

@@ -79,14 +79,24 @@ PAPER = EVTConfig()
 DEFAULT = EVTConfig(count_test=0.01)
 
 
-def tail_threshold(top: np.ndarray, k_top: int, q: float):
+MIN_EXCESSES = 10
+
+
+def tail_threshold(top: np.ndarray, k_top: int, q: float, min_excesses: int = MIN_EXCESSES):
     """Threshold u (q-quantile of each row's top k_top scores) and the excesses (NaN-padded).
 
     Rows are descending, so the excesses are each row's leading scores; only those columns are
-    returned (about (1 - q) k_top of them).
+    returned (about (1 - q) k_top of them). With short top lists (small samples, sub-samples) the
+    threshold is lowered to keep at least ``min_excesses`` excesses (the (m+1)-th score), so that
+    every query has a tail to fit; with K = 4000 and q = 0.95 (200 excesses) this never applies.
     """
     tops = top[:, :k_top]
+    if tops.shape[1] < 3:
+        raise InvalidArgumentError(f"need at least 3 top scores per query to fit a tail, got {tops.shape[1]}")
     u = np.quantile(tops, q, axis=1)
+    m = min(min_excesses, tops.shape[1] - 1)
+    too_few = np.sum(tops > u[:, None], axis=1) < m
+    u = np.where(too_few, tops[:, m], u)
     width = max(int(np.max(np.sum(tops > u[:, None], axis=1))), 2)
     exc = tops[:, :width] - u[:, None]
     return u, np.where(exc > 0, exc, np.nan)
