@@ -76,3 +76,38 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert "does not produce per-positive hardness" in capsys.readouterr().err
     assert main(["estimate", str(ss), "-p", "q0.9"]) == 2
     assert "name=value" in capsys.readouterr().err
+
+
+def test_registry_commands_end_to_end(tmp_path, capsys):
+    reg = str(tmp_path / "reg")
+    ss = tmp_path / "ss.parquet"
+    h = tmp_path / "h.parquet"
+    assert main(["simulate", "sim_bounded", "-o", str(ss), "--s", "4e5", "--k", "400", "--queries", "40"]) == 0
+    assert main(["estimate", str(ss), "-o", str(h)]) == 0
+    assert main(["register", str(h), "--sample", str(ss), "-r", reg, "--receipt", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["ref"] == "sim_bounded@v1"
+    assert main(["ls", "-r", reg]) == 0
+    assert main(["tag", "sim_bounded@v1", "released", "-r", reg]) == 0
+    assert main(["show", "sim_bounded@released", "-r", reg]) == 0
+    capsys.readouterr()
+    assert main(["query", "mAP@1000 at N=1e8 for sim_bounded@released", "-r", reg, "--format", "json"]) == 0
+    ans = json.loads(capsys.readouterr().out)
+    assert ans["rows"][0]["version"] == "v1"
+    assert main(["query", "mAP@1000 at N=1e8 fro sim_bounded", "-r", reg]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'for'" in err and "^" in err and "Traceback" not in err
+    assert main(["diff", "sim_bounded@v1", "sim_bounded@released", "-r", reg]) == 0
+    assert main(["lineage", "sim_bounded", "-r", reg]) == 0
+    assert main(["report", "-r", reg, "-o", str(tmp_path / "rep.html")]) == 0
+    assert "<pre>" in (tmp_path / "rep.html").read_text()
+    assert main(["curve", "mAP@1000 for sim_bounded", "-r", reg, "--format", "csv", "--points", "5"]) == 0
+    assert main(["export", "sim_bounded@v1", "-o", str(tmp_path / "b.tar"), "-r", reg]) == 0
+    assert main(["import", str(tmp_path / "b.tar"), "-r", str(tmp_path / "other")]) == 0
+    assert main(["verify", "-r", reg]) == 0
+    # damage the registry: verify reports it and exits 1
+    from rscale.store.registry import Registry
+    r = Registry(reg)
+    r.blob_path(r.get("sim_bounded").tail).unlink()
+    capsys.readouterr()
+    assert main(["verify", "-r", reg]) == 1
+    assert "missing:" in capsys.readouterr().out

@@ -247,3 +247,27 @@ def test_corrupt_catalog_is_a_clear_error(tmp_path):
     (reg_root / "catalog.duckdb").write_bytes(b"not a database")
     with pytest.raises(RegistryError):
         api.list_versions(reg_root)
+
+
+def test_curve_data_and_plot(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, queries=50)
+    api.register(h, s, reg)
+    data = api.curve("mAP@1000 for sim_gaussian", "1e5..1e9", 9, reg, bootstrap=50)
+    (series,) = data["series"]
+    assert len(series["N"]) == 9 and series["N"][0] == 1e5 and series["N"][-1] == 1e9
+    assert all(lo <= v <= hi for v, lo, hi in zip(series["value"], series["ci_low"], series["ci_high"]))
+    assert all(a >= b - 1e-12 for a, b in zip(series["value"], series["value"][1:]))  # non-increasing
+    assert len(series["sampled"]) == 4  # S and three nested sub-samples
+    # the point measured at N = S is the exact metric of the sample gallery
+    from rscale.store.sample_stats_file import read_sample_stats
+    from rscale.core import law
+    ss = read_sample_stats(s)
+    exact = law.map_at_k(law.Hardness.from_counts(ss.pos_counts, ss.pos_offsets, 500_000), 500_000, 1000)
+    assert series["sampled"][-1] == (500_000.0, pytest.approx(exact))
+    from rscale.errors import QuerySyntaxError
+    with pytest.raises(QuerySyntaxError, match="names no sizes"):
+        api.curve("mAP@1000 at N=1e8 for sim_gaussian", registry=reg)
+    pytest.importorskip("matplotlib")
+    out = api.plot_curve(data, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.endswith("c.png")

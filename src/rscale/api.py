@@ -551,3 +551,96 @@ def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@10
     ok = [n for n, good in zip(out["N"], out["sufficient"]) if good]
     out["supported_up_to"] = max(ok) if ok and out["sufficient"][0] else None
     return out
+
+
+def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None, bootstrap: int = 300,
+          seed: int = 0) -> dict:
+    """Metric vs N for every backbone of a query (no sizes in it): values, CI band, sampled points.
+
+    The sampled points are exact measurements: the realised metric of the sample itself (N = S,
+    plug-in on c / S) and, when the version has its sample stats, of nested sub-samples S/8..S/2.
+    """
+    from rscale.core import law as law_
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import subsample
+    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+    from rscale.errors import InvalidArgumentError, QuerySyntaxError
+    from rscale.query.grammar import parse, parse_size
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    q = parse(text)
+    if q.sizes:
+        raise QuerySyntaxError(f"a curve query names no sizes (use --n for the range): {q}")
+    if not q.backbones:
+        raise QuerySyntaxError(f"say for which backbones: add 'for NAME' (query: {q})")
+    try:
+        lo_s, hi_s = (parse_size(p) for p in n_range.split(".."))
+    except ValueError:
+        raise InvalidArgumentError(f"cannot read the range {n_range!r}; write e.g. 1e5..1e9") from None
+    if hi_s <= lo_s:
+        raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
+    ns = np.unique(np.round(np.geomspace(lo_s, hi_s, points)))
+    reg = Registry.locate(registry)
+    versions = []
+    for ref in q.backbones:
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=q.estimator or "evt")
+    series = []
+    for v in versions:
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+        for m in q.measures:
+            vals, los, his = [], [], []
+            for n in ns:
+                pq = predict_per_query(est, m.law_metric, float(n), m.k, q.mode)
+                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx))
+                vals.append(float(pq.mean()))
+                los.append(float(lo))
+                his.append(float(hi))
+            sampled = []
+            s = float(est.n_sampled.max())
+            realised = law_.Hardness.from_flat(info["counts"] / np.repeat(est.n_sampled, np.diff(est.offsets)),
+                                               est.offsets)
+            sampled.append((s, float(law_.per_query(realised, m.law_metric, s, m.k, "plugin").mean())))
+            if v.sample and reg.blob_path(v.sample).exists():
+                cur = read_sample_stats(reg.blob_path(v.sample))
+                for i in range(3):
+                    cur = subsample(cur, 0.5, seed=seed + i)
+                    size = float(cur.n_sampled.mean())
+                    h = law_.Hardness.from_flat(cur.pos_counts / cur.n_sampled[cur.positive_query()], cur.pos_offsets)
+                    sampled.append((size, float(law_.per_query(h, m.law_metric, size, m.k, "plugin").mean())))
+            series.append({"backbone": v.backbone, "version": f"v{v.version}", "measure": str(m),
+                           "N": ns.tolist(), "value": vals, "ci_low": los, "ci_high": his,
+                           "sampled": sorted(sampled)})
+    return {"query": str(q), "series": series}
+
+
+def plot_curve(data: dict, out) -> str:
+    """Draw a curve() result to an image file (matplotlib, the 'plot' extra)."""
+    from rscale.errors import MissingExtraError
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, s in enumerate(data["series"]):
+        color = f"C{i}"
+        label = f"{s['backbone']}@{s['version']} {s['measure']}"
+        ax.plot(s["N"], s["value"], color=color, label=label)
+        ax.fill_between(s["N"], s["ci_low"], s["ci_high"], color=color, alpha=0.2, linewidth=0)
+        if s["sampled"]:
+            xs, ys = zip(*s["sampled"])
+            ax.scatter(xs, ys, color=color, marker="o", s=18, zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("gallery size N (distractors)")
+    ax.set_ylabel("metric (band: 95% query CI; dots: measured)")
+    ax.set_title(data["query"], fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return str(out)

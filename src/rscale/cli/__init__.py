@@ -14,7 +14,9 @@ from rscale.errors import RscaleError
 
 def main(argv=None) -> int:
     try:
-        app(args=argv, prog_name="rscale", standalone_mode=False)
+        rc = app(args=argv, prog_name="rscale", standalone_mode=False)
+        if isinstance(rc, int):  # typer.Exit(code) is returned, not raised, in this mode
+            return rc
     except RscaleError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -392,3 +392,32 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
                f"rule changed: {out['rule_changed_share']}")
     for r in out["largest_query_changes"]:
         typer.echo(f"  {r['query_id']}: {r['a']:.4f} -> {r['b']:.4f} ({r['delta']:+.4f})")
+
+
+@app.command()
+def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, siglip2_l"'),
+          n: str = typer.Option("1e5..1e9", "--n", help="Range of gallery sizes, e.g. 1e5..1e9."),
+          points: int = typer.Option(25, help="Points on the curve."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Image to write (png, svg, pdf)."),
+          fmt: str = typer.Option("plot", "--format", help="plot (needs --out), json or csv."),
+          registry: Optional[Path] = REGISTRY_OPT):
+    """Metric vs N with its CI band and the points measured on the sample."""
+    import json
+
+    from rscale import api
+    from rscale.errors import InvalidArgumentError
+
+    data = api.curve(text, n, points, registry)
+    if fmt == "json":
+        typer.echo(json.dumps(data, indent=2))
+    elif fmt == "csv":
+        typer.echo("backbone,version,measure,N,value,ci_low,ci_high")
+        for s in data["series"]:
+            for row in zip(s["N"], s["value"], s["ci_low"], s["ci_high"]):
+                typer.echo(f"{s['backbone']},{s['version']},{s['measure']}," + ",".join(f"{x:g}" for x in row))
+    elif fmt == "plot":
+        if out is None:
+            raise InvalidArgumentError("--format plot needs --out FILE.png (or use --format json/csv)")
+        typer.echo(f"wrote {api.plot_curve(data, out)}")
+    else:
+        raise InvalidArgumentError(f"unknown format {fmt!r}; expected plot, json or csv")
