@@ -34,6 +34,7 @@ ESTIMATORS = [
     ("count", "count", {}, "plugin"),
     ("loguniform curve", "loguniform", {}, None),
     ("powerlaw curve", "powerlaw", {}, None),
+    ("sdm (skew-normal)", "sdm", {}, "plugin"),
     ("evt-paper (plugin)", "evt-paper", {}, "plugin"),
     ("evt-paper (expected)", "evt-paper", {}, "expected"),
     ("evt (default, plugin)", "evt", {}, "plugin"),

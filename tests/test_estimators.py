@@ -137,3 +137,12 @@ def test_subsample_is_a_valid_nested_sample(simulated):
     a, b = split_halves(ss, seed=4)
     np.testing.assert_array_equal(a.n_sampled + b.n_sampled, ss.n_sampled)
     np.testing.assert_array_equal(a.pos_counts + b.pos_counts, ss.pos_counts)
+
+
+def test_sdm_recovers_a_gaussian_tail(simulated):
+    # the gaussian family is a skew-normal (alpha = 0): the tail fit must give the right hardness
+    # (location, scale and shape trade off against each other in the far tail, so only x is checked)
+    bench, ss = simulated
+    est = estimate(ss, "sdm")
+    m = (bench.pos_x > 1e-9) & (bench.pos_x < 1e-3)
+    assert abs(np.median(np.log10(est.x[m] / bench.pos_x[m]))) < 0.2

@@ -29,6 +29,7 @@ def project(tmp_path):
     params["sample"].update({"s": 200_000, "k": 400, "queries": 60})
     params["estimate"]["evt"]["k_top"] = 400
     params["backbones"] = ["sim_gaussian", "sim_neardup"]
+    params["descriptors"].update({"instances": 40, "distractors": 20_000, "fraction": 0.25, "k": 300})
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
@@ -46,13 +47,13 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     dvc = [sys.executable, "-m", "dvc"]
     run(dvc + ["repro"], path, env)
     receipts = sorted((path / "out" / "registered").glob("*.json"))
-    assert [p.stem for p in receipts] == ["sim_gaussian", "sim_neardup"]
-    assert json.loads(receipts[0].read_text())["ref"] == "sim_gaussian@v1"
+    assert [p.stem for p in receipts] == ["sim_desc", "sim_gaussian", "sim_neardup"]
+    assert [json.loads(p.read_text())["ref"] for p in receipts] == ["sim_desc@v1", "sim_gaussian@v1", "sim_neardup@v1"]
     assert "sim_neardup" in (path / "out" / "report.md").read_text()
     rscale = [sys.executable, "-m", "rscale.cli"]
     out = json.loads(run(rscale + ["query", "mAP@1000 at N=1e8 for *", "-r", "registry", "--format", "json"],
                          path, env))
-    assert {r["backbone"] for r in out["rows"]} == {"sim_gaussian", "sim_neardup"}
+    assert {r["backbone"] for r in out["rows"]} == {"sim_desc", "sim_gaussian", "sim_neardup"}
     # nothing changed: a second repro runs no stage
     assert "didn't change" in run(dvc + ["repro"], path, env)
     # an estimator ablation through dvc experiments
@@ -63,4 +64,4 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     assert {v["estimator"] for v in versions} == {"evt", "evt-paper"}
     # the pipeline demo prints the registry's answers next to simulated truth
     demo = run(rscale + ["demo", "--registry", "registry", "--config", "params.yaml"], path, env)
-    assert "truth" in demo and "sim_neardup" in demo
+    assert "exact value" in demo and "sim_neardup" in demo and "full-pool evaluation" in demo

@@ -4,7 +4,8 @@ For tests and end-to-end runs of the scoring engine, not for accuracy studies (t
 simulator in benchmark.py has exact truth at any N; this one is materialised and small).
 
 Each instance has a centre on the unit sphere. Queries and positives are the centre plus
-isotropic noise (``noise``), renormalised. Distractors are uniform on the sphere, except a share
+isotropic noise, renormalised; ``noise`` is one level for every instance or a (low, high) range
+from which each instance draws its own (some objects are hard to match whatever the gallery). Distractors are uniform on the sphere, except a share
 ``hard_share`` that are *near-duplicates*: vectors near a random instance's centre with noise
 ``hard_noise`` (> noise), which score high against that instance's queries without being
 positives, like near-copies of popular objects in a web-scale pool.
@@ -41,14 +42,18 @@ def _unit(v):
 
 def make_descriptors(n_instances: int = 20, d: int = 32, queries_per_instance: int = 1,
                      positives_per_instance: int = 4, n_distractors: int = 5000,
-                     noise: float = 0.6, hard_share: float = 0.01, hard_noise: float = 0.9,
+                     noise=0.6, hard_share: float = 0.01, hard_noise: float = 0.9,
                      seed: int = 0) -> DescriptorSet:
     if min(n_instances, d, queries_per_instance, positives_per_instance) < 1 or n_distractors < 0:
         raise InvalidArgumentError("descriptor generator sizes must be positive")
     rng = np.random.default_rng(seed)
     centres = _unit(rng.standard_normal((n_instances, d)))
 
+    level = (np.full(n_instances, float(noise)) if np.isscalar(noise)
+             else rng.uniform(float(noise[0]), float(noise[1]), n_instances))
+
     def around(inst, scale):
+        scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), inst.shape)[:, None]
         return _unit(centres[inst] + scale / np.sqrt(d) * rng.standard_normal((inst.size, d)))
 
     qi = np.repeat(np.arange(n_instances), queries_per_instance)
@@ -58,7 +63,7 @@ def make_descriptors(n_instances: int = 20, d: int = 32, queries_per_instance: i
     easy = _unit(rng.standard_normal((n_distractors - n_hard, d)))
     dist = np.concatenate([hard, easy])[rng.permutation(n_distractors)]
     return DescriptorSet(
-        queries=around(qi, noise), query_ids=np.array([f"q{i:05d}" for i in range(qi.size)]),
-        query_instance=qi, positives=around(pi, noise),
+        queries=around(qi, level[qi]), query_ids=np.array([f"q{i:05d}" for i in range(qi.size)]),
+        query_instance=qi, positives=around(pi, level[pi]),
         positive_ids=np.array([f"p{i:06d}" for i in range(pi.size)]), positive_instance=pi,
         distractors=dist, distractor_ids=np.array([f"d{i:08d}" for i in range(n_distractors)]))

@@ -12,9 +12,10 @@ from dataclasses import fields, replace
 from rscale.core.estimators.count import estimate_count
 from rscale.core.estimators.curves import CURVE_METHODS, estimate_curve
 from rscale.core.estimators.evt import DEFAULT, PAPER, EVTConfig, estimate_evt
+from rscale.core.estimators.sdm import estimate_sdm
 from rscale.errors import InvalidArgumentError
 
-HARDNESS_METHODS = ("evt", "evt-paper", "count")
+HARDNESS_METHODS = ("evt", "evt-paper", "count", "sdm")
 METHODS = HARDNESS_METHODS + CURVE_METHODS
 DEFAULT_METHOD = "evt"
 
@@ -38,6 +39,8 @@ def estimate(ss, method: str = DEFAULT_METHOD, **params):
         return estimate_evt(ss, PAPER, method="evt-paper")
     if method == "count":
         return estimate_count(ss)
+    if method == "sdm":
+        return estimate_sdm(ss, **params)
     if method in CURVE_METHODS:
         return estimate_curve(ss, method, **params)
     from difflib import get_close_matches

@@ -1,0 +1,257 @@
+"""Scoring engine: queries x a stream of distractor chunks -> sample stats, in bounded memory.
+
+For every query it keeps the top-K distractor scores seen so far and, for every positive, the
+number of distractors scoring at or above it; S is counted exactly. Memory is O(Q K + Q C) for
+chunks of C distractors, never Q x S.
+
+Partial results merge associatively and commutatively (:meth:`Partial.merge`: top-K of the union,
+sums of counts), so shards can be scored anywhere, in any order, and combined; any split gives
+the same result as one pass (tested).
+
+Per chunk: one GEMM (numpy/BLAS, or faiss when it is installed and asked for) gives the Q x C
+scores. Instead of an argpartition over every row (which costs several times the GEMM), each row
+keeps a running threshold (its K-th best score so far), and only scores at or above
+min(threshold, lowest positive score) survive a vectorised comparison; those few feed the positive
+counts and a per-row candidate buffer that is merged into the top-K only when it fills.
+
+Tie rule: a distractor whose float32 score equals a positive's float32 score counts as above it.
+Positive scores are computed by the same float32 GEMM routine as distractor scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rscale.core.sample_stats import SampleStats, validate
+from rscale.errors import InvalidArgumentError
+
+
+BUFFER = 512   # candidates buffered per query before they are merged into its top-K
+
+
+@dataclass
+class Partial:
+    """The engine's state for a set of distractors (one chunk, one shard or everything).
+
+    ``top`` holds each query's K best scores *unsorted* (only its minimum, ``kth``, is used while
+    scoring); new candidates above ``kth`` wait in ``buf`` and are merged when a row's buffer is
+    full (amortised: a merge costs O(K + BUFFER) per row, not O(K) per chunk). ``kth`` only rises
+    at merges, so it is a conservative threshold and nothing that belongs in the top-K is lost.
+    """
+
+    top: np.ndarray          # (Q, K) float32, unordered K best merged so far (-inf while < K seen)
+    kth: np.ndarray          # (Q,) float32, min of top: the running K-th best
+    buf: np.ndarray          # (Q, BUFFER) float32 pending candidates
+    fill: np.ndarray         # (Q,) int64 used slots of buf
+    n: np.ndarray            # (Q,) int64 distractors seen
+    counts: np.ndarray       # (P,) int64 distractors at or above each positive
+
+    def flush(self, rows=None) -> "Partial":
+        """Merge the buffered candidates of ``rows`` (default: all) into their top-K."""
+        rows = np.flatnonzero(self.fill > 0) if rows is None else np.asarray(rows)
+        if rows.size == 0:
+            return self
+        k = self.top.shape[1]
+        both = np.concatenate([self.top[rows], self.buf[rows]], axis=1)
+        both = np.where(np.arange(both.shape[1])[None, :] < k + self.fill[rows][:, None], both, -np.inf)
+        part = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
+        self.top[rows] = part
+        self.kth[rows] = part.min(axis=1)
+        self.fill[rows] = 0
+        return self
+
+    def merge(self, other: "Partial") -> "Partial":
+        """Combine two partials of disjoint distractor sets (associative, commutative)."""
+        self.flush()
+        other.flush()
+        k = self.top.shape[1]
+        both = np.concatenate([self.top, other.top], axis=1)
+        top = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
+        return Partial(top, top.min(axis=1), np.full_like(self.buf, -np.inf), np.zeros_like(self.fill),
+                       self.n + other.n, self.counts + other.counts)
+
+    def sorted_top(self) -> np.ndarray:
+        self.flush()
+        return -np.sort(-self.top, axis=1)
+
+
+@dataclass(frozen=True)
+class Queries:
+    """What the engine scores against: query vectors and each query's positive scores.
+
+    ``pos_offsets`` delimits each query's positives in the flat ``pos_scores`` / ``pos_ids``.
+    """
+
+    vectors: np.ndarray      # (Q, d) float32
+    ids: np.ndarray          # (Q,) str
+    pos_offsets: np.ndarray  # (Q+1,) int64
+    pos_ids: np.ndarray      # (P,) str
+    pos_scores: np.ndarray   # (P,) float32
+
+    @classmethod
+    def build(cls, query_vectors, query_ids, positive_vectors, positive_ids, positives_of) -> "Queries":
+        """Score each query's positives (float32 GEMM, like distractors); ``positives_of(q)`` lists
+        the indices into ``positive_vectors`` of query q's positives."""
+        qv = np.ascontiguousarray(query_vectors, dtype=np.float32)
+        pv = np.ascontiguousarray(positive_vectors, dtype=np.float32)
+        groups = [np.asarray(positives_of(q), dtype=np.int64) for q in range(qv.shape[0])]
+        sizes = np.array([g.size for g in groups])
+        if np.any(sizes == 0):
+            q = int(np.flatnonzero(sizes == 0)[0])
+            raise InvalidArgumentError(f"query {query_ids[q]!r} has no positives; drop it or add its positives")
+        flat = np.concatenate(groups)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        scores = np.empty(flat.size, dtype=np.float32)
+        for q in range(qv.shape[0]):  # same float32 routine as distractors: q @ D.T
+            scores[offsets[q]:offsets[q + 1]] = (qv[q:q + 1] @ pv[groups[q]].T)[0]
+        order = np.lexsort((-scores, np.repeat(np.arange(qv.shape[0]), sizes)))
+        return cls(qv, np.asarray(query_ids).astype(str), offsets,
+                   np.asarray(positive_ids).astype(str)[flat][order], scores[order])
+
+
+def _gemm(q: np.ndarray, d: np.ndarray, backend: str) -> np.ndarray:
+    if backend == "faiss":
+        from rscale.score.faiss_backend import inner_products
+        return inner_products(q, d)
+    return q @ d.T
+
+
+def empty_partial(queries: Queries, k: int) -> Partial:
+    q = queries.vectors.shape[0]
+    return Partial(np.full((q, k), -np.inf, dtype=np.float32), np.full(q, -np.inf, dtype=np.float32),
+                   np.full((q, BUFFER), -np.inf, dtype=np.float32), np.zeros(q, dtype=np.int64),
+                   np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64))
+
+
+def _positive_keys(queries: Queries):
+    """Per positive a sortable key: query index first, then descending score (cached per Queries)."""
+    keys = getattr(queries, "_keys", None)
+    if keys is None:
+        qpos = np.repeat(np.arange(queries.pos_offsets.size - 1), np.diff(queries.pos_offsets))
+        keys = -(queries.pos_scores.astype(np.float64)) + 4.0 * qpos
+        object.__setattr__(queries, "_keys", keys)
+        object.__setattr__(queries, "_pos_min",
+                           np.minimum.reduceat(queries.pos_scores, queries.pos_offsets[:-1]))
+    return keys, queries._pos_min
+
+
+def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy") -> Partial:
+    """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place)."""
+    chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+    if chunk.ndim != 2 or chunk.shape[1] != queries.vectors.shape[1]:
+        raise InvalidArgumentError(f"distractor chunk has shape {chunk.shape}; expected (C, {queries.vectors.shape[1]})")
+    if chunk.shape[0] == 0:
+        return state
+    k = state.top.shape[1]
+    keys, pos_min = _positive_keys(queries)
+    s = _gemm(queries.vectors, chunk, backend)                     # (Q, C) float32
+    state.n += chunk.shape[0]
+    if np.mean(state.kth == -np.inf) > 0.5:
+        # warm-up (fewer than K seen for most rows): a dense top-K of the whole block
+        state.flush()
+        both = np.concatenate([state.top, s], axis=1)
+        state.top[:] = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
+        state.kth[:] = state.top.min(axis=1)
+        rows, vals = _survivors(s, pos_min)
+    else:
+        cut = np.minimum(state.kth, pos_min)                        # keep what can matter
+        rows, vals = _survivors(s, cut)                             # row-major: rows ascending
+        cand = vals > state.kth[rows]
+        if cand.any():
+            _buffer(state, rows[cand], vals[cand], k)
+        keep = vals >= pos_min[rows]
+        rows, vals = rows[keep], vals[keep]
+    if rows.size:
+        # a surviving score reaches the positives of its row with score <= it: a suffix of the
+        # row's positives in key order; add 1 over [first, end of row) with a difference array
+        kv = -(vals.astype(np.float64)) + 4.0 * rows
+        first = np.searchsorted(keys, kv, side="left")
+        end = np.searchsorted(keys, 4.0 * rows + 2.0, side="left")
+        inc = np.bincount(first, minlength=keys.size + 1) - np.bincount(end, minlength=keys.size + 1)
+        state.counts += np.cumsum(inc)[:-1]
+    return state
+
+
+def _survivors(s: np.ndarray, cut: np.ndarray):
+    """(row, value) of every score >= its row's cut, rows ascending. The flat index search is
+    several times faster than a 2-D nonzero on a Q x C matrix."""
+    flat = np.flatnonzero(s >= cut[:, None])
+    return flat // s.shape[1], s.ravel()[flat]
+
+
+def _buffer(state: Partial, r: np.ndarray, v: np.ndarray, k: int) -> None:
+    """Append candidates (rows ascending) to the row buffers, merging rows whose buffer fills."""
+    q = state.top.shape[0]
+    cnt = np.bincount(r, minlength=q)
+    over = np.flatnonzero(state.fill + cnt > BUFFER)
+    if over.size:
+        state.flush(over)
+    starts = np.cumsum(cnt) - cnt
+    big = cnt > BUFFER
+    if big.any():
+        # more candidates than a buffer holds (early chunks): merge those rows at once, padded
+        rows_big = np.flatnonzero(big)
+        sel = big[r]
+        rb, vb = r[sel], v[sel]
+        slot = np.empty(q, dtype=np.int64)
+        slot[rows_big] = np.arange(rows_big.size)
+        pad = np.full((rows_big.size, int(cnt[rows_big].max())), -np.inf, dtype=np.float32)
+        cnt_big = np.where(big, cnt, 0)
+        starts_big = np.cumsum(cnt_big) - cnt_big          # row starts inside the big-only subset
+        pad[slot[rb], np.arange(rb.size) - starts_big[rb]] = vb
+        both = np.concatenate([state.top[rows_big], pad], axis=1)
+        part = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
+        state.top[rows_big] = part
+        state.kth[rows_big] = part.min(axis=1)
+        r, v = r[~sel], v[~sel]
+        cnt = np.where(big, 0, cnt)
+        starts = np.cumsum(cnt) - cnt
+    if r.size:
+        pos = state.fill[r] + (np.arange(r.size) - starts[r])
+        state.buf[r, pos] = v
+        state.fill += cnt
+
+
+def to_sample_stats(queries: Queries, state: Partial, meta: dict | None = None) -> SampleStats:
+    k = state.top.shape[1]
+    if np.any(state.n < k):
+        raise InvalidArgumentError(f"only {int(state.n.min())} distractors were scored, fewer than K={k}; "
+                                   "lower K or score more distractors")
+    ss = SampleStats(query_ids=queries.ids, n_sampled=state.n.copy(), top_scores=state.sorted_top().astype(np.float64),
+                     pos_offsets=queries.pos_offsets, pos_ids=queries.pos_ids,
+                     pos_scores=queries.pos_scores.astype(np.float64), pos_counts=state.counts.copy(),
+                     meta={**(meta or {}), "k": str(k)})
+    return validate(ss)
+
+
+def score_stream(queries: Queries, chunks, k: int = 4000, backend: str = "numpy",
+                 meta: dict | None = None) -> SampleStats:
+    """Score an iterable of distractor chunks (arrays (C, d)) into sample stats."""
+    state = empty_partial(queries, k)
+    for chunk in chunks:
+        score_chunk(queries, chunk, state, backend)
+    return to_sample_stats(queries, state, meta)
+
+
+def score_shards(queries: Queries, shards, k: int = 4000, backend: str = "numpy", meta: dict | None = None):
+    """Score each shard (an iterable of chunks) separately, merge, and check drift across shards.
+
+    Returns (sample stats, DriftReport or None when there is a single shard).
+    """
+    from rscale.score.drift import drift_check
+
+    partials = []
+    for chunks in shards:
+        state = empty_partial(queries, k)
+        for chunk in chunks:
+            score_chunk(queries, chunk, state, backend)
+        partials.append(state)
+    merged = partials[0]
+    for p in partials[1:]:
+        merged = merged.merge(p)
+    report = None
+    if len(partials) > 1:
+        report = drift_check([p.sorted_top() for p in partials], [p.n for p in partials], merged.sorted_top())
+    return to_sample_stats(queries, merged, meta), report
