@@ -776,3 +776,49 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
                    out / "qrels.parquet")
     return f"wrote {out}/queries ({len(ds.query_ids)}), positives ({len(ds.positive_ids)}), " \
            f"distractors ({distractors:,}), qrels.parquet"
+
+
+def extract(images, model_dir, out, role="distractors", layout="folder", crop=False, pooling="cls",
+            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
+    """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
+
+    ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
+    ``intervention`` (gp, msa) applies to the queries only.
+    """
+    from pathlib import Path
+
+    from rscale.errors import InvalidArgumentError
+    from rscale.producers import extract as ex
+    from rscale.producers.interventions import GrayPad, MaskedScales
+
+    interventions = {None: None, "none": None, "gp": GrayPad, "msa": MaskedScales}
+    if intervention not in interventions:
+        raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
+    make = interventions[intervention]
+    out = Path(out)
+    kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
+              progress=progress)
+    if layout == "ilias":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        queries, positives, qrels = ex.ilias_layout(images, crop_queries=crop)
+        qs = ex.extract(queries, model_dir, out / "queries", role="queries",
+                        intervention=make() if make else None, **kw)
+        ps = ex.extract(positives, model_dir, out / "positives", role="positives", **kw)
+        pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
+                       out / "qrels.parquet")
+        return {"queries": qs.count, "positives": ps.count, "qrels": len(qrels), "written": str(out)}
+    src = Path(images)
+    exts = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
+    if src.is_dir():
+        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in exts)
+        items = [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
+    elif src.is_file():
+        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
+        items = [(str(p.with_suffix("")), p, None) for p in paths]
+    else:
+        raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
+    if make and role != "queries":
+        raise InvalidArgumentError("interventions apply to queries only (the gallery index is never touched)")
+    ds = ex.extract(items, model_dir, out, role=role, intervention=make() if make else None, **kw)
+    return {role: ds.count, "written": str(out)}

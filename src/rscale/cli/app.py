@@ -466,3 +466,22 @@ def make_descriptors_cmd(
 
     typer.echo(api.make_descriptor_sets(out, instances, dim, positives, distractors, hard_share, seed, backbone,
                                         noise=(noise_low, noise_high)))
+
+
+@app.command()
+def extract(images: Path = typer.Argument(..., help="Image folder, list file, or ILIAS root (--layout ilias)."),
+            model: Path = typer.Option(..., "--model", help="Local transformers checkpoint folder."),
+            out: Path = typer.Option(..., "--out", "-o", help="Output descriptor-set folder."),
+            role: str = typer.Option("distractors", help="queries, positives or distractors."),
+            layout: str = typer.Option("folder", help="folder (or list file) or ilias."),
+            crop: bool = typer.Option(False, help="ILIAS: crop queries to their *_bbox.txt boxes."),
+            pooling: str = typer.Option("cls", help="cls, mean or pooled."),
+            resolution: Optional[int] = typer.Option(None, help="Input resolution (default: the checkpoint's)."),
+            batch_size: int = typer.Option(32),
+            intervention: Optional[str] = typer.Option(None, help="Query-side: gp or msa."),
+            shard_size: int = typer.Option(4096)):
+    """Extract L2-normalised descriptors with a local transformers backbone (extract extra)."""
+    from rscale import api
+
+    typer.echo(api.extract(images, model, out, role, layout, crop, pooling, resolution, batch_size,
+                           intervention, shard_size))

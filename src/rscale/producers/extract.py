@@ -1,0 +1,238 @@
+"""Feature extraction with transformers' own vision backbones, into descriptor sets.
+
+Backbones load from a local directory or the offline cache (``from_pretrained(path,
+local_files_only=True)``); nothing is downloaded at run time. The class comes from the
+checkpoint's ``config.json`` ``model_type``:
+
+==============  ==========================  ====================================
+model_type      class                       pooling ``cls`` / ``mean`` / ``pooled``
+==============  ==========================  ====================================
+vit             ViTModel                    CLS token / mean of patches / pooler
+dinov2          Dinov2Model                 (register tokens are skipped by ``mean``)
+dinov3_vit      AutoModel                   same
+clip            CLIPVisionModel             pooled = post-layernorm CLS
+siglip          SiglipVisionModel           pooled = attention-pooling head
+==============  ==========================  ====================================
+
+Images are resized to ``resolution`` x ``resolution`` (bicubic, PIL; no torchvision), scaled to
+[0, 1] and normalised with the checkpoint's ``preprocessor_config.json`` mean/std when present,
+else ImageNet's. float32 on CPU, bfloat16 on CUDA (``dtype`` overrides). Output descriptors are
+L2-normalised in float32 and written as a descriptor set (rscale.score.descriptor_store), one
+shard at a time: re-running after an interruption skips finished shards.
+
+Query-side interventions (O2I paper, section 5; the gallery is never touched), see
+:mod:`rscale.producers.interventions`: ``gp`` (gray-pad averaging), ``msa`` (multi-scale with gray
+patches masked out of the CLS token's attention).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+POOLINGS = ("cls", "mean", "pooled")
+_CLASSES = {"vit": "ViTModel", "dinov2": "Dinov2Model", "clip": "CLIPVisionModel",
+            "clip_vision_model": "CLIPVisionModel", "siglip": "SiglipVisionModel",
+            "siglip_vision_model": "SiglipVisionModel", "dinov3_vit": "AutoModel"}
+
+
+def _torch():
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("torch and transformers", "extract") from None
+    return torch
+
+
+@dataclass
+class Backbone:
+    model: object
+    model_type: str
+    resolution: int
+    mean: tuple
+    std: tuple
+    device: str
+    dtype: object
+    patch_size: int
+    prefix_tokens: int           # CLS + register tokens before the patches
+
+    @property
+    def grid(self) -> int:
+        return self.resolution // self.patch_size
+
+
+def load_backbone(path, resolution: int | None = None, device: str | None = None, dtype=None) -> Backbone:
+    """Load a vision backbone from a local checkpoint directory (never from the network)."""
+    torch = _torch()
+    import transformers
+
+    path = Path(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        raise FormatError("no config.json: not a transformers checkpoint directory", path=str(path),
+                          hint="download the weights once elsewhere (huggingface-cli download ...) and pass "
+                               "the local folder; rscale never downloads at run time")
+    cfg = json.loads(cfg_file.read_text())
+    model_type = cfg.get("model_type", "")
+    if model_type not in _CLASSES:
+        raise InvalidArgumentError(f"unsupported backbone type {model_type!r} in {cfg_file} "
+                                   f"(supported: {', '.join(sorted(_CLASSES))})")
+    if not any((path / n).exists() for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
+        raise FormatError("no weights file (model.safetensors or pytorch_model.bin)", path=str(path),
+                          hint="copy the checkpoint's weights into this folder")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    cls = getattr(transformers, _CLASSES[model_type])
+    model = cls.from_pretrained(path, local_files_only=True, torch_dtype=dtype).to(device).eval()
+    vcfg = getattr(model.config, "vision_config", model.config)
+    mean, std = IMAGENET_MEAN, IMAGENET_STD
+    pre = path / "preprocessor_config.json"
+    if pre.exists():
+        p = json.loads(pre.read_text())
+        mean, std = tuple(p.get("image_mean", mean)), tuple(p.get("image_std", std))
+    res = int(resolution or getattr(vcfg, "image_size", 224))
+    prefix = 1 + int(getattr(vcfg, "num_register_tokens", 0) or 0)
+    if model_type.startswith("siglip"):
+        prefix = 0                    # SigLIP has no CLS token: all tokens are patches
+    return Backbone(model, model_type, res, mean, std, device, dtype, int(vcfg.patch_size), prefix)
+
+
+def to_pixels(bb: Backbone, images) -> object:
+    """PIL images -> normalised (B, 3, R, R) tensor on the backbone's device."""
+    torch = _torch()
+    from PIL import Image
+
+    arrs = []
+    for im in images:
+        im = im.convert("RGB").resize((bb.resolution, bb.resolution), Image.BICUBIC)
+        arrs.append(np.asarray(im, dtype=np.float32) / 255.0)
+    x = (np.stack(arrs) - np.asarray(bb.mean, np.float32)) / np.asarray(bb.std, np.float32)
+    return torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).to(bb.device, bb.dtype)
+
+
+def embed(bb: Backbone, pixels, pooling: str = "cls", attention_mask=None) -> np.ndarray:
+    """Pooled, L2-normalised float32 descriptors of a pixel batch."""
+    torch = _torch()
+    if pooling not in POOLINGS:
+        raise InvalidArgumentError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    kwargs = {"pixel_values": pixels}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    with torch.inference_mode():
+        out = bb.model(**kwargs)
+    if pooling == "pooled":
+        if getattr(out, "pooler_output", None) is None:
+            raise InvalidArgumentError(f"{bb.model_type} has no pooled output; use pooling 'cls' or 'mean'")
+        v = out.pooler_output
+    elif pooling == "cls":
+        if bb.prefix_tokens == 0:
+            raise InvalidArgumentError(f"{bb.model_type} has no CLS token; use pooling 'pooled' or 'mean'")
+        v = out.last_hidden_state[:, 0]
+    else:
+        v = out.last_hidden_state[:, bb.prefix_tokens:].mean(dim=1)
+    v = v.float().cpu().numpy()
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def open_image(path, box=None):
+    from PIL import Image
+    try:
+        im = Image.open(path)
+        im.load()
+    except Exception as exc:
+        raise FormatError(f"cannot read image ({type(exc).__name__}: {exc})", path=str(path)) from None
+    return im.crop(tuple(int(round(b)) for b in box)) if box is not None else im
+
+
+def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
+            batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
+            meta: dict | None = None):
+    """Descriptors of ``items`` — (id, image path, optional box) triples — into a descriptor set.
+
+    ``intervention``: None, or a callable (backbone, [PIL images]) -> descriptors, e.g.
+    ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run.
+    """
+    from rscale.score.descriptor_store import write_descriptor_set
+
+    items = list(items)
+    if not items:
+        raise InvalidArgumentError("no images to extract")
+    bb = load_backbone(model_dir, resolution, device)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = getattr(intervention, "name", "none") if intervention else "none"
+    record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
+              "resolution": bb.resolution, "intervention": name,
+              "intervention_params": getattr(intervention, "params", {}) if intervention else {}, **(meta or {})}
+
+    def shard_blocks():
+        from rich.progress import Progress
+        with Progress(disable=not progress, transient=True) as bar:
+            task = bar.add_task(f"extracting {role}", total=len(items))
+            for s, a in enumerate(range(0, len(items), shard_size)):
+                part = items[a:a + shard_size]
+                ids = np.asarray([it[0] for it in part])
+                vec_path = out_dir / f"shard-{s:05d}.npy"
+                id_path = out_dir / f"shard-{s:05d}.ids.parquet"
+                if vec_path.exists() and id_path.exists():        # resume: this shard is done
+                    done = np.load(vec_path)
+                    if len(done) == len(part):
+                        bar.advance(task, len(part))
+                        yield ids, done.astype(np.float32)
+                        continue
+                vecs = []
+                for b in range(0, len(part), batch_size):
+                    batch = part[b:b + batch_size]
+                    images = [open_image(p, box) for _, p, *rest in batch for box in [rest[0] if rest else None]]
+                    if intervention is None:
+                        vecs.append(embed(bb, to_pixels(bb, images), pooling))
+                    else:
+                        vecs.append(intervention(bb, images, pooling))
+                    bar.advance(task, len(batch))
+                yield ids, np.concatenate(vecs)
+
+    return write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
+                                shard_size=shard_size)
+
+
+def ilias_layout(root, crop_queries: bool = False):
+    """Queries and positives of an ILIAS-style folder: ``<instance>/query/*.jpg`` (with optional
+    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg``.
+
+    Returns (queries, positives, qrels): item triples (id, path, box or None) and
+    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box.
+    """
+    root = Path(root)
+    queries, positives, qrels = [], [], []
+    for inst in sorted(p for p in root.iterdir() if p.is_dir()):
+        qdir, pdir = inst / "query", inst / "pos"
+        if not qdir.is_dir() or not pdir.is_dir():
+            continue
+        pos_ids = []
+        for img in sorted(pdir.glob("*.jpg")) + sorted(pdir.glob("*.png")):
+            pid = f"{inst.name}/pos/{img.stem}"
+            positives.append((pid, img, None))
+            pos_ids.append(pid)
+        for img in sorted(qdir.glob("*.jpg")) + sorted(qdir.glob("*.png")):
+            box = None
+            bbox_file = img.with_name(f"{img.stem}_bbox.txt")
+            if crop_queries and bbox_file.exists():
+                nums = bbox_file.read_text().replace(",", " ").split()
+                if len(nums) != 4:
+                    raise FormatError("expected 4 numbers x1 y1 x2 y2", path=str(bbox_file))
+                box = tuple(float(n) for n in nums)
+            qid = f"{inst.name}/query/{img.stem}"
+            queries.append((qid, img, box))
+            qrels += [(qid, p) for p in pos_ids]
+    if not queries:
+        raise FormatError("no <instance>/query/*.jpg found", path=str(root),
+                          hint="the ILIAS layout is <instance>/query/*.jpg and <instance>/pos/*.jpg")
+    return queries, positives, qrels

@@ -1,0 +1,162 @@
+"""Feature extraction on tiny randomly initialised transformers models saved to disk first
+(the real from_pretrained path), with images the tests draw."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from PIL import Image  # noqa: E402
+
+from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
+from rscale.producers import extract as ex  # noqa: E402
+from rscale.producers.interventions import GrayPad, MaskedScales, alpha_query_expansion, gray_pad  # noqa: E402
+from rscale.score.descriptor_store import DescriptorSet  # noqa: E402
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            image_size=32, patch_size=8)
+
+
+def save(tmp_path, kind):
+    torch.manual_seed(0)
+    if kind == "vit":
+        m = transformers.ViTModel(transformers.ViTConfig(**TINY))
+    elif kind == "dinov2":
+        m = transformers.Dinov2Model(transformers.Dinov2Config(**TINY))
+    elif kind == "clip":
+        m = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**TINY))
+    else:
+        m = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**TINY))
+    path = tmp_path / kind
+    m.save_pretrained(path)
+    return path
+
+
+def images(tmp_path, n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        arr = (rng.random((48, 40, 3)) * 80).astype(np.uint8)
+        x, y, s = rng.integers(0, 20), rng.integers(0, 20), rng.integers(10, 20)
+        arr[y:y + s, x:x + s] = rng.integers(100, 255, 3)
+        p = tmp_path / f"img{i}.png"
+        Image.fromarray(arr).save(p)
+        out.append((f"id{i}", p, None))
+    return out
+
+
+@pytest.mark.parametrize("kind,pooling", [("vit", "cls"), ("vit", "pooled"), ("dinov2", "cls"),
+                                          ("dinov2", "mean"), ("clip", "pooled"), ("siglip", "pooled")])
+def test_extract_writes_unit_descriptors(tmp_path, kind, pooling):
+    model = save(tmp_path, kind)
+    items = images(tmp_path)
+    ds = ex.extract(items, model, tmp_path / "out", role="positives", pooling=pooling, batch_size=4,
+                    shard_size=4, progress=False)
+    assert ds.count == 6 and ds.dim == 32 and len(ds.manifest["shards"]) == 2
+    vecs = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    assert ds.manifest["pooling"] == pooling and ds.manifest["model_type"].startswith(kind)
+    # batching does not change descriptors
+    one = ex.extract(items[:1], model, tmp_path / "one", role="positives", pooling=pooling, batch_size=1,
+                     progress=False)
+    np.testing.assert_allclose(np.asarray(next(one.shards())[1])[0], vecs[0], atol=1e-5)
+
+
+def test_resume_skips_finished_shards(tmp_path):
+    model = save(tmp_path, "vit")
+    items = images(tmp_path, n=8)
+    first = ex.extract(items, model, tmp_path / "out", role="queries", shard_size=4, progress=False)
+    digests = [s["sha256_vectors"] for s in first.manifest["shards"]]
+    (tmp_path / "out" / "manifest.json").unlink()            # as if interrupted before the manifest
+    (tmp_path / "out" / "shard-00001.npy").unlink()           # and before the second shard
+    calls = []
+    original = ex.embed
+    ex.embed = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    try:
+        again = ex.extract(items, model, tmp_path / "out", role="queries", shard_size=4, batch_size=4,
+                           progress=False)
+    finally:
+        ex.embed = original
+    assert len(calls) == 1                                    # only the missing shard was computed
+    assert [s["sha256_vectors"] for s in again.manifest["shards"]] == digests
+
+
+def test_interventions(tmp_path):
+    model = save(tmp_path, "vit")
+    bb = ex.load_backbone(model)
+    ims = [ex.open_image(p) for _, p, _ in images(tmp_path, n=3)]
+    plain = ex.embed(bb, ex.to_pixels(bb, ims))
+    gp = GrayPad()(bb, ims)
+    msa = MaskedScales()(bb, ims)
+    for v in (gp, msa):
+        assert v.shape == plain.shape
+        np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, rtol=1e-5)
+        assert np.abs(v - plain).max() > 1e-3
+    # at scale 1 nothing is gray: MSA's masked view equals the plain descriptor
+    np.testing.assert_allclose(MaskedScales(scales=(1.0,))(bb, ims), plain, atol=1e-5)
+    # GP with one view at scale 1 is the plain descriptor too
+    np.testing.assert_allclose(GrayPad(views=1)(bb, ims), plain, atol=1e-5)
+    canvas, box = gray_pad(ims[0], 0.25)
+    assert canvas.size == ims[0].size and (box[2] - box[0]) == round(ims[0].size[0] * 0.25)
+    with pytest.raises(InvalidArgumentError, match="CLS token"):
+        MaskedScales()(ex.load_backbone(save(tmp_path, "siglip")), ims, pooling="pooled")
+
+
+def test_alpha_query_expansion():
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((50, 8)).astype(np.float32)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    q = g[:3] + 0.1
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    out = alpha_query_expansion(q, g, n=1, alpha=3)
+    sims = q @ g.T
+    nn = sims.argmax(axis=1)
+    want = q + (sims[np.arange(3), nn] ** 3)[:, None] * g[nn]
+    np.testing.assert_allclose(out, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(FormatError, match="no config.json"):
+        ex.load_backbone(tmp_path)
+    model = save(tmp_path, "vit")
+    (model / "model.safetensors").unlink()
+    with pytest.raises(FormatError, match="no weights file"):
+        ex.load_backbone(model)
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(FormatError, match="cannot read image"):
+        ex.open_image(bad)
+
+
+def test_ilias_layout(tmp_path):
+    root = tmp_path / "ilias"
+    for inst in ("obj1", "obj2"):
+        (root / inst / "query").mkdir(parents=True)
+        (root / inst / "pos").mkdir()
+        Image.new("RGB", (40, 30), (200, 10, 10)).save(root / inst / "query" / "q.jpg")
+        (root / inst / "query" / "q_bbox.txt").write_text("5 5 25 20")
+        for k in range(2):
+            Image.new("RGB", (40, 30), (10, 200, 10)).save(root / inst / "pos" / f"p{k}.jpg")
+    queries, positives, qrels = ex.ilias_layout(root, crop_queries=True)
+    assert [q[0] for q in queries] == ["obj1/query/q", "obj2/query/q"]
+    assert queries[0][2] == (5.0, 5.0, 25.0, 20.0) and len(positives) == 4
+    assert ("obj1/query/q", "obj1/pos/p0") in qrels and len(qrels) == 4
+    assert ex.open_image(queries[0][1], queries[0][2]).size == (20, 15)
+
+
+def test_extract_cli_ilias_with_intervention(tmp_path):
+    from rscale.cli import main
+    model = save(tmp_path, "vit")
+    root = tmp_path / "ilias"
+    for inst in ("a", "b"):
+        (root / inst / "query").mkdir(parents=True)
+        (root / inst / "pos").mkdir()
+        Image.new("RGB", (40, 30), (200, 10 if inst == "a" else 90, 10)).save(root / inst / "query" / "q.jpg")
+        Image.new("RGB", (40, 30), (10, 200, 10)).save(root / inst / "pos" / "p.jpg")
+    assert main(["extract", str(root), "--model", str(model), "-o", str(tmp_path / "sets"), "--layout", "ilias",
+                 "--intervention", "msa"]) == 0
+    q = DescriptorSet.open(tmp_path / "sets" / "queries")
+    assert q.manifest["intervention"] == "msa" and q.manifest["intervention_params"]["scales"] == [1.0, 0.5, 0.25]
+    assert DescriptorSet.open(tmp_path / "sets" / "positives").manifest["intervention"] == "none"
+    assert main(["extract", str(root / "a" / "pos"), "--model", str(model), "-o", str(tmp_path / "g"),
+                 "--intervention", "gp"]) == 2   # never on the gallery
