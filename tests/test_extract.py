@@ -160,3 +160,35 @@ def test_extract_cli_ilias_with_intervention(tmp_path):
     assert DescriptorSet.open(tmp_path / "sets" / "positives").manifest["intervention"] == "none"
     assert main(["extract", str(root / "a" / "pos"), "--model", str(model), "-o", str(tmp_path / "g"),
                  "--intervention", "gp"]) == 2   # never on the gallery
+
+
+def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from rscale import api
+    from rscale.producers.lineage import weights_digest
+    model = save(tmp_path, "dinov2")
+    items = images(tmp_path, n=6)
+    sets = tmp_path / "sets"
+    ex.extract(items[:2], model, sets / "queries", role="queries", progress=False)
+    ex.extract(items[2:4], model, sets / "positives", role="positives", progress=False)
+    ex.extract(items[4:] * 1 + [(f"d{i}", p, None) for i, (_, p, _) in enumerate(items * 3)], model,
+               sets / "distractors", role="distractors", progress=False)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"query_id": ["id0", "id1"], "positive_id": ["id2", "id3"]}), sets / "qrels.parquet")
+    api.score(sets / "queries", sets / "positives", sets / "qrels.parquet", sets / "distractors",
+              tmp_path / "ss.parquet", k=5)
+    api.estimate(tmp_path / "ss.parquet", "count", (), tmp_path / "h.parquet")
+    out = api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", tmp_path / "reg")
+    lin = api.lineage(out["ref"].split("@")[0], tmp_path / "reg")
+    meta = lin["inputs"]["sample"]["meta"]
+    assert meta["weights_sha256"] == weights_digest(model)
+    assert lin["mlflow_run_id"]                        # the estimate run
+    client = mlflow.tracking.MlflowClient()
+    score_run = client.get_run(meta["mlflow_run_id"])
+    assert score_run.data.tags["rscale.stage"] == "score"
+    manifest_digest = score_run.data.tags["rscale.input.distractors"]
+    dist_manifest = DescriptorSet.open(sets / "distractors").manifest
+    extract_run = client.get_run(dist_manifest["mlflow_run_id"])
+    assert extract_run.data.tags["rscale.input.weights"] == weights_digest(model)
+    assert extract_run.data.tags["rscale.output.manifest"] == manifest_digest

@@ -131,13 +131,24 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
         raise InvalidArgumentError(
             f"'{method}' does not produce per-positive hardness (hardness estimators: "
             f"{', '.join(HARDNESS_METHODS)}); the curve baselines are compared in benchmarks/accuracy.py")
+    from pathlib import Path
+
+    from rscale.producers.lineage import digest_file, producer_run
     ss = read_sample_stats(sample_stats)
     kwargs = dict(_parse_param(p) for p in params)
-    t = time.perf_counter()
-    est = run(ss, method, **kwargs)
-    secs = time.perf_counter() - t
-    assert isinstance(est, HardnessEstimate)
-    written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+    with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
+                      enabled=out is not None) as record:
+        t = time.perf_counter()
+        est = run(ss, method, **kwargs)
+        secs = time.perf_counter() - t
+        assert isinstance(est, HardnessEstimate)
+        if record.run_id:
+            from dataclasses import replace
+            ss = replace(ss, meta={**ss.meta, "estimate_mlflow_run_id": record.run_id})
+        written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+        for p in written:
+            record.output(Path(p).name, digest_file(p))
+        record.metric("seconds", secs)
     summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
                "written": written}
@@ -199,6 +210,7 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
+    mlflow_run_id = mlflow_run_id or meta.get("estimate_mlflow_run_id") or None
     tail = tail_path(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
@@ -737,13 +749,29 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
             block = np.asarray(vectors[a:a + chunk], dtype=np.float32)
             yield block if mask is None else block[mask[a:a + chunk]]
 
-    t = time.perf_counter()
-    ss, report = score_shards(queries, (shard_chunks(i, v) for i, v in shards), k=k, backend=backend,
-                              meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
-                                    "distractor_source": ds.manifest.get("source", str(distractors_dir)),
-                                    "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed)})
-    secs = time.perf_counter() - t
-    write_sample_stats(ss, out)
+    from pathlib import Path
+
+    from rscale.producers.lineage import digest_file, producer_run
+    inputs = {"queries": digest_file(Path(queries_dir) / "manifest.json"),
+              "positives": digest_file(Path(positives_dir) / "manifest.json"),
+              "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
+              "qrels": digest_file(qrels)}
+    params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
+    with producer_run("score", params, inputs) as run:
+        t = time.perf_counter()
+        ss, report = score_shards(
+            queries, (shard_chunks(i, v) for i, v in shards), k=k, backend=backend,
+            meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
+                  "distractor_source": ds.manifest.get("source", str(distractors_dir)),
+                  "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
+                  **{f"input_{name}": d for name, d in inputs.items()},
+                  "weights_sha256": ds.manifest.get("weights_sha256", ""),
+                  "mlflow_run_id": run.run_id or ""})
+        secs = time.perf_counter() - t
+        write_sample_stats(ss, out)
+        run.output("sample_stats", digest_file(out))
+        run.metric("seconds_scoring", secs)
+        run.metric("sampled", float(ss.n_sampled.max()))
     return {"written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,
             "S": int(ss.n_sampled.max()), "K": ss.k, "seconds": round(secs, 2), "backend": backend,
             "drift": None if report is None else report.message(),

@@ -154,7 +154,7 @@ def open_image(path, box=None):
 
 def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
             batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
-            meta: dict | None = None):
+            meta: dict | None = None, lineage: bool = True):
     """Descriptors of ``items`` — (id, image path, optional box) triples — into a descriptor set.
 
     ``intervention``: None, or a callable (backbone, [PIL images]) -> descriptors, e.g.
@@ -169,9 +169,13 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = getattr(intervention, "name", "none") if intervention else "none"
+    from rscale.producers.lineage import digest_file, digest_lines, producer_run, weights_digest
+    inputs = {"weights": weights_digest(model_dir),
+              "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}" for it in items)}
     record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
               "resolution": bb.resolution, "intervention": name,
-              "intervention_params": getattr(intervention, "params", {}) if intervention else {}, **(meta or {})}
+              "intervention_params": getattr(intervention, "params", {}) if intervention else {},
+              "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
 
     def shard_blocks():
         from rich.progress import Progress
@@ -199,8 +203,15 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
                     bar.advance(task, len(batch))
                 yield ids, np.concatenate(vecs)
 
-    return write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
-                                shard_size=shard_size)
+    params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "intervention": name,
+              "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
+    with producer_run("extract", params, inputs, enabled=lineage) as run:
+        record["mlflow_run_id"] = run.run_id
+        ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
+                                  shard_size=shard_size)
+        run.output("manifest", digest_file(out_dir / "manifest.json"))
+        run.metric("descriptors", ds.count)
+    return ds
 
 
 def ilias_layout(root, crop_queries: bool = False):
