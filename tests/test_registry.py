@@ -271,3 +271,26 @@ def test_curve_data_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out = api.plot_curve(data, tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.endswith("c.png")
+
+
+def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
+    reg_root = tmp_path / "reg"
+    h1, s1 = make_files(tmp_path, seed=0)
+    api.register(h1, s1, reg_root)
+    before = api.verify(reg_root)
+    h2, s2 = make_files(tmp_path, seed=1)
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full in the middle of the catalog transaction")
+    monkeypatch.setattr(Registry, "_register_rows", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        api.register(h2, s2, reg_root)
+    monkeypatch.undo()
+    after = api.verify(reg_root)
+    assert after == before                     # no orphan blobs, nothing corrupt or missing
+    assert [v.version for v in api.list_versions(reg_root)] == [1]
+    # a sample-stats file is not a hardness table: refused before anything is written
+    from rscale.errors import FormatError
+    with pytest.raises(FormatError):
+        api.register(s2, None, reg_root)
+    assert api.verify(reg_root) == before

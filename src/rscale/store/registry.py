@@ -167,10 +167,14 @@ class Registry:
 
     def put_blob(self, src: str | os.PathLike) -> str:
         """Copy a file into the blob store (atomic, read-only); return its digest."""
+        return self._put_blob(src)[0]
+
+    def _put_blob(self, src) -> tuple[str, bool]:
+        """(digest, whether this call created the blob)."""
         digest = sha256_file(src)
         dest = self.blob_path(digest)
         if dest.exists():
-            return digest
+            return digest, False
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{random.randrange(1 << 30)}")
         try:
@@ -185,7 +189,7 @@ class Registry:
             if tmp.exists():
                 os.chmod(tmp, 0o644)
                 tmp.unlink()
-        return digest
+        return digest, True
 
     # -- registration ----------------------------------------------------------------------
     def register(self, *, backbone: str, benchmark: str, source: str, estimator: str,
@@ -196,11 +200,37 @@ class Registry:
         if not self.exists():
             self.init()
         blob_rows = blob_rows or {}
-        digests = {"hardness": self.put_blob(hardness_file)}
-        if tail_file:
-            digests["tail"] = self.put_blob(tail_file)
-        if sample_file:
-            digests["sample"] = self.put_blob(sample_file)
+        files = {"hardness": hardness_file, "tail": tail_file, "sample": sample_file}
+        digests, new_blobs = {}, []
+        try:
+            for kind, f in files.items():
+                if f:
+                    digests[kind], created = self._put_blob(f)
+                    if created:
+                        new_blobs.append(digests[kind])
+            return self._register_rows(backbone, benchmark, source, estimator, digests, params, code_version,
+                                       mlflow_run_id, summary, blob_rows)
+        except BaseException:
+            # nothing half-done stays behind: blobs this call added and no catalog row references go
+            self._drop_unreferenced(new_blobs)
+            raise
+
+    def _drop_unreferenced(self, digests):
+        if not digests:
+            return
+        try:
+            with self.connect() as con:
+                known = {r[0] for r in con.execute("SELECT digest FROM blobs").fetchall()}
+        except Exception:
+            known = set()
+        for d in digests:
+            p = self.blob_path(d)
+            if d not in known and p.exists():
+                os.chmod(p, 0o644)
+                p.unlink()
+
+    def _register_rows(self, backbone, benchmark, source, estimator, digests, params, code_version,
+                       mlflow_run_id, summary, blob_rows):
         lineage = canonical_digest({"inputs": {"sample": digests.get("sample")}, "estimator": estimator,
                                     "params": params or {}, "code_version": code_version})
         key = (backbone, benchmark, source, estimator)
