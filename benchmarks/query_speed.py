@@ -21,6 +21,15 @@ from pathlib import Path
 import numpy as np
 
 
+def median_time(fn, repeat=20):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def timed(cmd, env, repeat=5):
     out = []
     for _ in range(repeat):
@@ -46,32 +55,12 @@ def main():
     api.register(h, None, reg)
     q = "mAP@1000 at N=1e8 for speed"
     api.query(q, reg)  # warm
-    times = []
-    for _ in range(20):
-        t = time.perf_counter()
-        api.query(q, reg, bootstrap=200)
-        times.append(time.perf_counter() - t)
-    t_query = statistics.median(times)
-    times = []
-    for _ in range(20):
-        t = time.perf_counter()
-        api.query(q, reg, bootstrap=0)
-        times.append(time.perf_counter() - t)
-    t_point = statistics.median(times)
+    t_query = median_time(lambda: api.query(q, reg, bootstrap=200))
+    t_point = median_time(lambda: api.query(q, reg, bootstrap=0))
     from rscale.core.law import Hardness, map_at_k
     hh = Hardness.from_flat(est.x, est.offsets)
-    times = []
-    for _ in range(50):
-        t = time.perf_counter()
-        map_at_k(hh, 1e8, 1000)
-        times.append(time.perf_counter() - t)
-    t_law = statistics.median(times)
-    times = []
-    for _ in range(20):
-        t = time.perf_counter()
-        api.query(q, reg, bootstrap=1000)
-        times.append(time.perf_counter() - t)
-    t_query_1000 = statistics.median(times)
+    t_law = median_time(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
+    t_query_1000 = median_time(lambda: api.query(q, reg, bootstrap=1000))
     env = {**os.environ, "RSCALE_REGISTRY": str(reg)}
     py = sys.executable
     t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"], env)

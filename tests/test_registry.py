@@ -294,3 +294,19 @@ def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(FormatError):
         api.register(s2, None, reg_root)
     assert api.verify(reg_root) == before
+
+
+def test_sensitivity_range_is_stored_and_reported(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
+    api.register(h, s, reg)
+    sens = api.show("sim_gaussian", reg).summary["sensitivity"]
+    assert all(lo <= hi for lo, hi in zip(sens["low"], sens["high"]))
+    row = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
+    i = sens["N"].index(1e8)
+    assert row["range_low"] == pytest.approx(min(row["ci_low"], sens["low"][i]))
+    assert row["range_high"] == pytest.approx(max(row["ci_high"], sens["high"][i]))
+    assert row["range_low"] <= row["value"] <= row["range_high"]
+    # a measure without a stored band: the range is the CI
+    r1 = api.query("R@1 at N=1e8 for sim_gaussian", reg)["rows"][0]
+    assert (r1["range_low"], r1["range_high"]) == (r1["ci_low"], r1["ci_high"])

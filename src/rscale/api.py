@@ -222,6 +222,17 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
             summary["budget"] = budget_check(sample_stats, est.method, est.params)
         except RscaleError as exc:  # a sample too small to halve three times: say so, still register
             summary["budget"] = {"error": str(exc)}
+        if est.method == "evt":
+            from dataclasses import fields as dc_fields
+
+            from rscale.core.estimators.evt import EVTConfig
+            from rscale.core.estimators.sensitivity import sensitivity_range
+            from rscale.store.sample_stats_file import read_sample_stats
+            known = {f.name for f in dc_fields(EVTConfig)}
+            base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
+            lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
+            summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
+                                      "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
     reg = Registry.locate(registry)
     version, created = reg.register(
         backbone=backbone or meta.get("backbone") or "unnamed",
@@ -290,9 +301,10 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
                 pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
                 lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
                 per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
+                r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
                 rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                              "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
-                             "ci_high": float(hi), "estimator": v.estimator,
+                             "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
                              "mode": resolve_mode(m.law_metric, q.mode),
                              "extrapolation": n / s_max})
     # ranking resolution between backbones evaluated on the same queries
@@ -427,10 +439,12 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
         truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=int(samp["seed"])).mean())
         ans = query(f"mAP@1000 at N={int(n)} for {name}", registry)
         r = ans["rows"][0]
-        at_s = float(law.map_at_k(estimate_count(ss).hardness(), float(samp["s"]), 1000))
+        count_h = estimate_count(ss).hardness()
+        at_s = float(law.map_at_k(count_h, float(samp["s"]), 1000))
         rows.append({"backbone": name, "query": ans["query"], "version": r["version"], "truth": truth,
                      "predicted": r["value"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                     "evaluate_at_s": at_s, "estimator": r["estimator"], "S": int(samp["s"]), "N": n,
+                     "evaluate_at_s": at_s, "count": float(law.map_at_k(count_h, n, 1000)),
+                     "estimator": r["estimator"], "S": int(samp["s"]), "N": n,
                      "truth_kind": "simulated, exact"})
     # descriptor backbones: the truth is the exact full-pool evaluation by the same scoring engine
     import tempfile
@@ -443,7 +457,7 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             full = score(base / "queries", base / "positives", base / "qrels.parquet", base / "distractors",
-                         Path(tmp) / "full.parquet", fraction=1.0, k=10)
+                         Path(tmp) / "full.parquet", fraction=1.0, k=10, lineage=False)
             ss_full = read_sample_stats(Path(tmp) / "full.parquet")
         pool = float(full["S"])
         truth = float(law.map_at_k(law.Hardness.from_counts(ss_full.pos_counts, ss_full.pos_offsets, pool), pool, 1000))
@@ -451,10 +465,12 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
         r = ans["rows"][0]
         sampled = read_sample_stats(Path("out/sample_stats") / f"{name}.parquet")
         s_size = float(sampled.n_sampled.max())
-        at_s = float(law.map_at_k(estimate_count(sampled).hardness(), s_size, 1000))
+        count_h = estimate_count(sampled).hardness()
+        at_s = float(law.map_at_k(count_h, s_size, 1000))
         rows.append({"backbone": name, "query": ans["query"], "version": r["version"], "truth": truth,
                      "predicted": r["value"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                     "evaluate_at_s": at_s, "estimator": r["estimator"], "S": int(s_size), "N": pool,
+                     "evaluate_at_s": at_s, "count": float(law.map_at_k(count_h, pool, 1000)),
+                     "estimator": r["estimator"], "S": int(s_size), "N": pool,
                      "truth_kind": "full-pool evaluation"})
     return rows
 
@@ -540,6 +556,19 @@ def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e
 
 
 BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
+
+
+def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
+    """The union of a CI and the stored estimator-sensitivity band (log-N interpolated), when the
+    version has one for this measure; else the CI itself."""
+    if not sens or sens.get("measure") != measure or np.isnan(lo):
+        return lo, hi
+    x = np.log10(np.asarray(sens["N"], dtype=float))
+    if not x[0] <= np.log10(n) <= x[-1]:
+        return lo, hi
+    band_lo = float(np.interp(np.log10(n), x, sens["low"]))
+    band_hi = float(np.interp(np.log10(n), x, sens["high"]))
+    return min(lo, band_lo), max(hi, band_hi)
 
 
 def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000",
@@ -710,7 +739,8 @@ def read_qrels(path) -> dict:
 
 
 def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
-          k: int = 4000, backend: str = "numpy", chunk: int = 16384, meta: dict | None = None) -> dict:
+          k: int = 4000, backend: str = "numpy", chunk: int = 16384, meta: dict | None = None,
+          lineage: bool = True) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
 
     ``fraction`` 1.0 scores the whole pool (the exact full-gallery evaluation); below 1 it scores
@@ -757,7 +787,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
               "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
               "qrels": digest_file(qrels)}
     params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
-    with producer_run("score", params, inputs) as run:
+    with producer_run("score", params, inputs, enabled=lineage) as run:
         t = time.perf_counter()
         ss, report = score_shards(
             queries, (shard_chunks(i, v) for i, v in shards), k=k, backend=backend,

@@ -53,12 +53,15 @@ def demo(
     if registry is not None:
         rows = api.pipeline_demo(config, registry)
         table = Table(title=f"rscale query answers from {registry} next to the exact value")
-        for c in ("query", "version", "S", "exact value", "predicted [95% CI]", "error", "evaluate-at-S"):
+        table.caption = ("exact: the simulator's exact realised value, or the full pool scored by the same engine; "
+                         "evaluate-at-S: the metric on the sample alone; count: hardness c/S extrapolated")
+        for c in ("query", "S", "exact value", "evt [95% CI] (error)", "evaluate-at-S", "count"):
             table.add_column(c, no_wrap=c != "query")
         for r in rows:
-            table.add_row(r["query"], r["version"], f"{r['S']:,}", f"{r['truth']:.4f} ({r['truth_kind']})",
-                          f"{r['predicted']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
-                          f"{r['predicted'] - r['truth']:+.4f}", f"{r['evaluate_at_s']:.4f}")
+            table.add_row(f"{r['query']} ({r['version']})", f"{r['S']:,}", f"{r['truth']:.4f} ({r['truth_kind']})",
+                          f"{r['predicted']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] ({r['predicted'] - r['truth']:+.4f})",
+                          f"{r['evaluate_at_s']:.4f} ({r['evaluate_at_s'] - r['truth']:+.3f})",
+                          f"{r['count']:.4f} ({r['count'] - r['truth']:+.3f})")
         _console().print(table)
         return
 
@@ -301,7 +304,7 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
         return
     typer.echo(f"query: {ans['query']}")
     _print_rows(ans["rows"], "table", ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high",
-                                       "estimator", "extrapolation"])
+                                       "range_low", "range_high", "estimator", "extrapolation"])
     for w in ans["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
 

@@ -82,6 +82,8 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
         yield RunRecord(None, None)
         return
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import logging
+    logging.getLogger("mlflow").setLevel(logging.WARNING)   # no INFO chatter on every stage
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         mlflow.set_tracking_uri("sqlite:///" + os.path.abspath("mlruns.db"))
     exp = mlflow.get_experiment_by_name(EXPERIMENT)
