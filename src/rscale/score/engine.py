@@ -28,7 +28,7 @@ from rscale.core.sample_stats import SampleStats, validate
 from rscale.errors import InvalidArgumentError
 
 
-BUFFER = 512   # candidates buffered per query before they are merged into its top-K
+BUFFER = 2048  # candidates buffered per query before they are merged into its top-K
 
 
 @dataclass
@@ -54,11 +54,12 @@ class Partial:
         if rows.size == 0:
             return self
         k = self.top.shape[1]
+        # unused buffer slots hold -inf, so the buffer can be merged as it is
         both = np.concatenate([self.top[rows], self.buf[rows]], axis=1)
-        both = np.where(np.arange(both.shape[1])[None, :] < k + self.fill[rows][:, None], both, -np.inf)
         part = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
         self.top[rows] = part
         self.kth[rows] = part.min(axis=1)
+        self.buf[rows] = -np.inf
         self.fill[rows] = 0
         return self
 
