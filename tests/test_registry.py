@@ -1,4 +1,6 @@
 import json
+
+import numpy as np
 import multiprocessing as mp
 import os
 import tarfile
@@ -310,3 +312,20 @@ def test_sensitivity_range_is_stored_and_reported(tmp_path):
     # a measure without a stored band: the range is the CI
     r1 = api.query("R@1 at N=1e8 for sim_gaussian", reg)["rows"][0]
     assert (r1["range_low"], r1["range_high"]) == (r1["ci_low"], r1["ci_high"])
+
+
+def test_nested_ci_adds_the_distractor_term(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
+    api.register(h, s, reg)
+    dsd = api.show("sim_gaussian", reg).summary["distractor_sd"]
+    assert dsd["splits"] == 3 and all(v >= 0 for v in dsd["sd"])
+    with_term = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
+    h2, _ = make_files(tmp_path, preset="sim_gaussian", queries=60)
+    plain = api.predict(h2, ["mAP@1000"], [1e8])[0]           # query bootstrap only
+    assert with_term["value"] == pytest.approx(plain["value"])
+    assert with_term["ci_low"] <= plain["ci_low"] + 1e-12 and with_term["ci_high"] >= plain["ci_high"] - 1e-12
+    i = dsd["N"].index(1e8)
+    extra = 1.96 * dsd["sd"][i]
+    v = with_term["value"]
+    assert v - with_term["ci_low"] == pytest.approx(np.hypot(v - plain["ci_low"], extra), rel=1e-6)

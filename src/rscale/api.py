@@ -233,6 +233,10 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
             lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
             summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
                                       "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
+        try:
+            summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
+        except RscaleError as exc:
+            summary["distractor_sd"] = {"error": str(exc)}
     reg = Registry.locate(registry)
     version, created = reg.register(
         backbone=backbone or meta.get("backbone") or "unnamed",
@@ -300,6 +304,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
             for n in q.sizes:
                 pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
                 lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
+                lo, hi = _nested_ci(v.summary.get("distractor_sd"), str(m), n, float(pq.mean()), float(lo), float(hi))
                 per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
                 r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
                 rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
@@ -556,6 +561,51 @@ def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e
 
 
 BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
+
+
+def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+                  splits: int = 3) -> dict:
+    """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap).
+
+    The sample is split into two disjoint halves ``splits`` times; each half is re-estimated and
+    predicts the measure; the spread of the prediction from the whole sample follows from the
+    half-sample differences (:func:`rscale.core.uncertainty.distractor_spread`).
+    """
+    from dataclasses import fields as dc_fields
+
+    from rscale.core.estimators.evt import EVTConfig
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import split_halves
+    from rscale.core.uncertainty import distractor_spread
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    m = Measure.parse(measure)
+    kwargs = {}
+    if method == "evt":
+        known = {f.name for f in dc_fields(EVTConfig)}
+        kwargs = {k: v for k, v in params.items() if k in known}
+    preds = []                                                   # (splits*2, len(sizes))
+    for i in range(splits):
+        for half in split_halves(ss, seed=100 + i):
+            e = run(half, method, **kwargs)
+            preds.append([predict_per_query(e, m.law_metric, n, m.k).mean() for n in sizes])
+    preds = np.asarray(preds)
+    sd = [distractor_spread(preds[:, j]) for j in range(len(sizes))]
+    return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd], "splits": splits}
+
+
+def _nested_ci(dsd, measure: str, n: float, value: float, lo: float, hi: float):
+    """Widen a query CI by the distractor-sampling term, combined in quadrature on each side."""
+    if not dsd or "error" in dsd or dsd.get("measure") != measure or np.isnan(lo):
+        return lo, hi
+    x = np.log10(np.asarray(dsd["N"], dtype=float))
+    if not x[0] <= np.log10(n) <= x[-1]:
+        return lo, hi
+    extra = 1.96 * float(np.interp(np.log10(n), x, dsd["sd"]))
+    return value - float(np.hypot(value - lo, extra)), value + float(np.hypot(hi - value, extra))
 
 
 def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
