@@ -185,10 +185,12 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     assert meta["weights_sha256"] == weights_digest(model)
     assert lin["mlflow_run_id"]                        # the estimate run
     client = mlflow.tracking.MlflowClient()
-    score_run = client.get_run(meta["mlflow_run_id"])
+    score_run = client.get_run(lin["inputs"]["sample"]["mlflow_run_id"])
     assert score_run.data.tags["rscale.stage"] == "score"
     manifest_digest = score_run.data.tags["rscale.input.distractors"]
     dist_manifest = DescriptorSet.open(sets / "distractors").manifest
-    extract_run = client.get_run(dist_manifest["mlflow_run_id"])
+    from rscale.producers.lineage import read_run_id
+    assert "mlflow_run_id" not in dist_manifest               # artifacts stay deterministic
+    extract_run = client.get_run(read_run_id(sets / "distractors" / "manifest.json"))
     assert extract_run.data.tags["rscale.input.weights"] == weights_digest(model)
     assert extract_run.data.tags["rscale.output.manifest"] == manifest_digest

@@ -142,10 +142,10 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
         est = run(ss, method, **kwargs)
         secs = time.perf_counter() - t
         assert isinstance(est, HardnessEstimate)
-        if record.run_id:
-            from dataclasses import replace
-            ss = replace(ss, meta={**ss.meta, "estimate_mlflow_run_id": record.run_id})
         written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+        if written:
+            from rscale.producers.lineage import write_run_sidecar
+            write_run_sidecar(written[0], "estimate", record.run_id)
         for p in written:
             record.output(Path(p).name, digest_file(p))
         record.metric("seconds", secs)
@@ -210,13 +210,15 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
-    mlflow_run_id = mlflow_run_id or meta.get("estimate_mlflow_run_id") or None
+    from rscale.producers.lineage import read_run_id
+    mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
                "draws": 0 if est.draws is None else int(est.draws.shape[1])}
     if sample_stats is not None:
+        summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
         from rscale.errors import RscaleError
         try:
             summary["budget"] = budget_check(sample_stats, est.method, est.params)
@@ -503,6 +505,8 @@ def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
         else:
             entry["missing"] = True
         (out["inputs"] if kind == "sample" else out["outputs"])[kind] = entry
+    if v.summary.get("sample_mlflow_run_id"):
+        out["inputs"].setdefault("sample", {})["mlflow_run_id"] = v.summary["sample_mlflow_run_id"]
     if not v.sample:
         out["inputs"]["note"] = "registered without its sample stats (rscale register --sample records them)"
     return out
@@ -845,11 +849,12 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
                   "distractor_source": ds.manifest.get("source", str(distractors_dir)),
                   "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
                   **{f"input_{name}": d for name, d in inputs.items()},
-                  "weights_sha256": ds.manifest.get("weights_sha256", ""),
-                  "mlflow_run_id": run.run_id or ""})
+                  "weights_sha256": ds.manifest.get("weights_sha256", "")})
         secs = time.perf_counter() - t
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
+        from rscale.producers.lineage import write_run_sidecar
+        write_run_sidecar(out, "score", run.run_id)
         run.metric("seconds_scoring", secs)
         run.metric("sampled", float(ss.n_sampled.max()))
     return {"written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,

@@ -205,11 +205,12 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
 
     params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "intervention": name,
               "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
+    from rscale.producers.lineage import write_run_sidecar
     with producer_run("extract", params, inputs, enabled=lineage) as run:
-        record["mlflow_run_id"] = run.run_id
         ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
                                   shard_size=shard_size)
         run.output("manifest", digest_file(out_dir / "manifest.json"))
+        write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
         run.metric("descriptors", ds.count)
     return ds
 

@@ -3,9 +3,12 @@
 Every producer stage (extract, score, estimate) opens a :func:`producer_run`: it logs the stage's
 parameters, the digests of its inputs (``rscale.input.<name>`` tags), the digests of its outputs
 (``rscale.output.<name>``), the code version and timings to MLflow, and returns the run id, which
-the stage writes into what it produces (descriptor manifests, sample-stats metadata, hardness
-metadata) so that the registry and ``rscale lineage`` can walk from a hardness table back to the
-backbone weights' digest and the image lists without asking MLflow.
+the stage writes next to what it produces, in a sidecar ``<file>.run.json``. The artifacts
+themselves carry only deterministic provenance (input digests such as the weights' and the image
+list's), so their bytes, and hence their content addresses and DVC hashes, depend on the inputs
+alone, never on which execution made them; run ids live in sidecars and in the registry's catalog.
+So the registry and ``rscale lineage`` can walk from a hardness table back to the backbone
+weights' digest and the image lists without asking MLflow.
 
 Tracking store: ``$MLFLOW_TRACKING_URI`` when set, else a local SQLite file
 ``mlruns.db`` in the working directory, with artifacts under ``mlartifacts/`` (an explicit location,
@@ -98,3 +101,25 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
         record = RunRecord(mlflow, run.info.run_id)
         yield record
         mlflow.log_metric("seconds", time.perf_counter() - start)
+
+
+def sidecar(path) -> Path:
+    return Path(str(path) + ".run.json")
+
+
+def write_run_sidecar(path, stage: str, run_id) -> None:
+    """Record which producer run made ``path`` (nothing when there was no MLflow run)."""
+    import json
+    if run_id:
+        sidecar(path).write_text(json.dumps({"stage": stage, "mlflow_run_id": run_id}, sort_keys=True) + "\n")
+
+
+def read_run_id(path) -> str | None:
+    import json
+    p = sidecar(path)
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text()).get("mlflow_run_id")
+    except (OSError, ValueError):
+        return None
