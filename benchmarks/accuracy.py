@@ -15,7 +15,6 @@ import argparse
 import platform
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 

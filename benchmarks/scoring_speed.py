@@ -74,6 +74,7 @@ def main(argv=None):
     run("naive GEMM + argpartition", naive)
     try:
         import faiss  # noqa: F401
+
         from rscale.score.faiss_backend import knn_top
         state_f = empty_partial(queries, args.k)
         run("rscale engine, faiss GEMM", lambda c: score_chunk(queries, c, state_f, backend="faiss"))

@@ -2,8 +2,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from rscale.cli import main
 
 HEAVY = ("torch", "faiss", "mlflow", "transformers", "timm", "peft", "dvc", "scipy.stats")

@@ -1,11 +1,10 @@
 import json
-
-import numpy as np
 import multiprocessing as mp
 import os
 import tarfile
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from rscale import api, sim
@@ -262,8 +261,8 @@ def test_curve_data_and_plot(tmp_path):
     assert all(a >= b - 1e-12 for a, b in zip(series["value"], series["value"][1:]))  # non-increasing
     assert len(series["sampled"]) == 4  # S and three nested sub-samples
     # the point measured at N = S is the exact metric of the sample gallery
-    from rscale.store.sample_stats_file import read_sample_stats
     from rscale.core import law
+    from rscale.store.sample_stats_file import read_sample_stats
     ss = read_sample_stats(s)
     exact = law.map_at_k(law.Hardness.from_counts(ss.pos_counts, ss.pos_offsets, 500_000), 500_000, 1000)
     assert series["sampled"][-1] == (500_000.0, pytest.approx(exact))

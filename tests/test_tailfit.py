@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from rscale.core.tailfit import fit_gpd, gpd_logsf, gpd_loglik, gpd_posterior
+from rscale.core.tailfit import fit_gpd, gpd_loglik, gpd_logsf, gpd_posterior
 from rscale.errors import InvalidArgumentError
 
 

@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from rscale.core.uncertainty import (distractor_spread, paired_difference, percentile_ci, query_bootstrap,
-                                     sufficient_budget)
+from rscale.core.uncertainty import distractor_spread, paired_difference, percentile_ci, query_bootstrap, sufficient_budget
 
 
 def test_bootstrap_matches_the_standard_error():

@@ -27,7 +27,6 @@ import numpy as np
 from rscale.core.sample_stats import SampleStats, validate
 from rscale.errors import InvalidArgumentError
 
-
 BUFFER = 2048  # candidates buffered per query before they are merged into its top-K
 
 

@@ -5,10 +5,11 @@ simulator in benchmark.py has exact truth at any N; this one is materialised and
 
 Each instance has a centre on the unit sphere. Queries and positives are the centre plus
 isotropic noise, renormalised; ``noise`` is one level for every instance or a (low, high) range
-from which each instance draws its own (some objects are hard to match whatever the gallery). Distractors are uniform on the sphere, except a share
-``hard_share`` that are *near-duplicates*: vectors near a random instance's centre with noise
-``hard_noise`` (> noise), which score high against that instance's queries without being
-positives, like near-copies of popular objects in a web-scale pool.
+from which each instance draws its own (some objects are hard to match whatever the gallery).
+Distractors are uniform on the sphere, except a share ``hard_share`` that are *near-duplicates*:
+vectors near a random instance's centre with noise ``hard_noise`` (> noise), which score high
+against that instance's queries without being positives, like near-copies of popular objects in a
+web-scale pool.
 """
 
 from __future__ import annotations

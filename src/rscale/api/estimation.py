@@ -1,0 +1,177 @@
+"""Estimating hardness and predicting metrics from files, with the uncertainty diagnostics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _parse_param(text: str):
+    from rscale.errors import InvalidArgumentError
+    if "=" not in text:
+        raise InvalidArgumentError(f"estimator parameter {text!r} must look like name=value (e.g. q=0.98)")
+    key, raw = text.split("=", 1)
+    raw = raw.strip()
+    low = raw.lower()
+    if low in ("true", "false"):
+        return key.strip(), low == "true"
+    for cast in (int, float):
+        try:
+            return key.strip(), cast(raw)
+        except ValueError:
+            pass
+    return key.strip(), raw
+
+
+def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
+    """Estimate hardness from a sample-stats file; write it to ``out`` when given.
+
+    Returns a summary: method, queries, positives, share of positives per rule, median tail
+    shape, seconds, files written.
+    """
+    import time
+
+    from rscale.core.estimators.base import HardnessEstimate
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.core.estimators.methods import HARDNESS_METHODS
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.errors import InvalidArgumentError
+    from rscale.store.hardness_file import write_hardness
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    if method not in HARDNESS_METHODS:
+        raise InvalidArgumentError(
+            f"'{method}' does not produce per-positive hardness (hardness estimators: "
+            f"{', '.join(HARDNESS_METHODS)}); the curve baselines are compared in benchmarks/accuracy.py")
+    from pathlib import Path
+
+    from rscale.producers.lineage import digest_file, producer_run
+    ss = read_sample_stats(sample_stats)
+    kwargs = dict(_parse_param(p) for p in params)
+    with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
+                      enabled=out is not None) as record:
+        t = time.perf_counter()
+        est = run(ss, method, **kwargs)
+        secs = time.perf_counter() - t
+        assert isinstance(est, HardnessEstimate)
+        written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+        if written:
+            from rscale.producers.lineage import write_run_sidecar
+            write_run_sidecar(written[0], "estimate", record.run_id)
+        for p in written:
+            record.output(Path(p).name, digest_file(p))
+        record.metric("seconds", secs)
+    summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
+               "written": written}
+    if "xi" in est.tail:
+        summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
+    return summary
+
+
+def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
+            level: float = 0.95, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """Predicted metric values with query-bootstrap CIs from a hardness file."""
+    from rscale.core.prediction import predict_per_query, resolve_mode
+    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+    from rscale.query.measures import Measure
+    from rscale.store.hardness_file import read_hardness
+
+    est, info = read_hardness(hardness)
+    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+    s_max = float(est.n_sampled.max())
+    rows = []
+    for m in measures:
+        measure = m if isinstance(m, Measure) else Measure.parse(m)
+        for n in sizes:
+            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode)
+            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
+            rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
+                         "ci_low": float(lo), "ci_high": float(hi), "level": level,
+                         "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
+                         "extrapolation": float(n) / s_max,
+                         "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
+    return rows
+
+
+BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
+
+
+def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000",
+                 sizes=BUDGET_SIZES, seed: int = 0) -> dict:
+    """The sufficient-budget diagnostic of a sample, for the gallery sizes in ``sizes``.
+
+    Re-estimates hardness on nested sub-samples S/8, S/4, S/2 (derived from the sample stats)
+    and predicts ``measure`` from each; N is supported when the last doubling (S/2 -> S) moves the
+    prediction by less than query-sampling noise and less than 0.01. The sub-samples keep only the
+    matching share of the top-K list, so their tail fits see fewer excesses than a real run at that
+    size would: the check errs on the side of warning.
+    """
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import subsample
+    from rscale.core.uncertainty import sufficient_budget
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    m = Measure.parse(measure)
+    kwargs = _method_kwargs(method, params)
+    chain = [ss]
+    for i in range(3):
+        chain.append(subsample(chain[-1], 0.5, seed=seed + i))
+    chain = chain[::-1]                                   # S/8, S/4, S/2, S
+    fractions = [0.125, 0.25, 0.5, 1.0]
+    ests = [run(sub, method, **kwargs) for sub in chain]
+    out = {"measure": str(m), "fractions": fractions, "S": int(ss.n_sampled.max()), "N": [], "predictions": [],
+           "last_step": [], "last_step_ci": [], "sufficient": []}
+    for n in sizes:
+        per = [predict_per_query(e, m.law_metric, n, m.k) for e in ests]
+        check = sufficient_budget(per, fractions, seed=seed, b=500)
+        out["N"].append(float(n))
+        out["predictions"].append([round(float(p), 5) for p in check.predictions])
+        out["last_step"].append(round(check.last_step.value, 5))
+        out["last_step_ci"].append([round(check.last_step.lo, 5), round(check.last_step.hi, 5)])
+        out["sufficient"].append(bool(check.sufficient))
+        out.setdefault("noise", []).append(round(check.noise, 5))
+    ok = [n for n, good in zip(out["N"], out["sufficient"]) if good]
+    out["supported_up_to"] = max(ok) if ok and out["sufficient"][0] else None
+    return out
+
+
+def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+                  splits: int = 3) -> dict:
+    """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap).
+
+    The sample is split into two disjoint halves ``splits`` times; each half is re-estimated and
+    predicts the measure; the spread of the prediction from the whole sample follows from the
+    half-sample differences (:func:`rscale.core.uncertainty.distractor_spread`).
+    """
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import split_halves
+    from rscale.core.uncertainty import distractor_spread
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    m = Measure.parse(measure)
+    kwargs = _method_kwargs(method, params)
+    preds = []                                                   # (splits*2, len(sizes))
+    for i in range(splits):
+        for half in split_halves(ss, seed=100 + i):
+            e = run(half, method, **kwargs)
+            preds.append([predict_per_query(e, m.law_metric, n, m.k).mean() for n in sizes])
+    preds = np.asarray(preds)
+    sd = [distractor_spread(preds[:, j]) for j in range(len(sizes))]
+    return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd], "splits": splits}
+
+
+def _method_kwargs(method: str, params: dict) -> dict:
+    """The stored parameters an estimator accepts again (evt's config fields; none otherwise)."""
+    if method != "evt":
+        return {}
+    from dataclasses import fields as dc_fields
+
+    from rscale.core.estimators.evt import EVTConfig
+    known = {f.name for f in dc_fields(EVTConfig)}
+    return {k: v for k, v in params.items() if k in known}

@@ -1,0 +1,192 @@
+"""Answering queries from stored hardness, and metric-vs-N curves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Answer a query from stored hardness: rows of predictions with CIs, plus warnings."""
+    from rscale.core.prediction import predict_per_query, resolve_mode
+    from rscale.core.uncertainty import bootstrap_indices, paired_difference, percentile_ci, query_bootstrap
+    from rscale.errors import QuerySyntaxError
+    from rscale.query.grammar import parse
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+
+    q = parse(text)
+    if not q.sizes:
+        raise QuerySyntaxError(f"say at which gallery size: add 'at N=1e8' (query: {q})")
+    if not q.backbones:
+        raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
+    reg = Registry.locate(registry)
+    estimator = q.estimator or "evt"
+    versions = []
+    for ref in q.backbones:
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=estimator)
+    rows, warnings, per_query = [], [], {}
+    for v in versions:
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None
+        s_max = float(est.n_sampled.max())
+        for m in q.measures:
+            for n in q.sizes:
+                pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
+                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
+                lo, hi = _nested_ci(v.summary.get("distractor_sd"), str(m), n, float(pq.mean()), float(lo), float(hi))
+                per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
+                r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
+                rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
+                             "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
+                             "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
+                             "mode": resolve_mode(m.law_metric, q.mode),
+                             "extrapolation": n / s_max})
+    # ranking resolution between backbones evaluated on the same queries
+    for m in q.measures:
+        for n in q.sizes:
+            group = sorted((r for r in rows if r["measure"] == str(m) and r["N"] == n), key=lambda r: -r["value"])
+            for a, b in zip(group, group[1:]):
+                qa, va = per_query[(f"{a['backbone']}@{a['version']}", str(m), n)]
+                qb, vb = per_query[(f"{b['backbone']}@{b['version']}", str(m), n)]
+                if not bootstrap or qa.shape != qb.shape or not (qa == qb).all():
+                    continue
+                d = paired_difference(va, vb, bootstrap, seed, level)
+                if not d.resolved:
+                    warnings.append(f"{m} at N={n:g}: {a['backbone']} vs {b['backbone']} differ by {d.value:+.4f}, "
+                                    f"within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): not ranked")
+    for v in versions:
+        budget = v.summary.get("budget")
+        if not budget or "error" in budget:
+            continue
+        for r in rows:
+            if r["backbone"] != v.backbone or r["version"] != f"v{v.version}" or not r["measure"].startswith("mAP"):
+                continue
+            above = [i for i, bn in enumerate(budget["N"]) if bn >= r["N"]]
+            if above and not budget["sufficient"][above[0]]:
+                i = above[0]
+                warnings.append(
+                    f"{v.backbone}: the sample (S={budget['S']:,}) does not support N={r['N']:g}: halving it moves "
+                    f"{budget['measure']} at N={budget['N'][i]:g} by {budget['last_step'][i]:+.4f}, more than "
+                    f"query-sampling noise ({budget['noise'][i]:.4f})")
+    for r in rows:
+        if r["extrapolation"] > 1000:
+            warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
+                            "predictions this far out are not validated")
+    return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def _nested_ci(dsd, measure: str, n: float, value: float, lo: float, hi: float):
+    """Widen a query CI by the distractor-sampling term, combined in quadrature on each side."""
+    if not dsd or "error" in dsd or dsd.get("measure") != measure or np.isnan(lo):
+        return lo, hi
+    x = np.log10(np.asarray(dsd["N"], dtype=float))
+    if not x[0] <= np.log10(n) <= x[-1]:
+        return lo, hi
+    extra = 1.96 * float(np.interp(np.log10(n), x, dsd["sd"]))
+    return value - float(np.hypot(value - lo, extra)), value + float(np.hypot(hi - value, extra))
+
+
+def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
+    """The union of a CI and the stored estimator-sensitivity band (log-N interpolated), when the
+    version has one for this measure; else the CI itself."""
+    if not sens or sens.get("measure") != measure or np.isnan(lo):
+        return lo, hi
+    x = np.log10(np.asarray(sens["N"], dtype=float))
+    if not x[0] <= np.log10(n) <= x[-1]:
+        return lo, hi
+    band_lo = float(np.interp(np.log10(n), x, sens["low"]))
+    band_hi = float(np.interp(np.log10(n), x, sens["high"]))
+    return min(lo, band_lo), max(hi, band_hi)
+
+
+def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None, bootstrap: int = 300,
+          seed: int = 0) -> dict:
+    """Metric vs N for every backbone of a query (no sizes in it): values, CI band, sampled points.
+
+    The sampled points are exact measurements: the realised metric of the sample itself (N = S,
+    plug-in on c / S) and, when the version has its sample stats, of nested sub-samples S/8..S/2.
+    """
+    from rscale.core import law as law_
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.subsample import subsample
+    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+    from rscale.errors import InvalidArgumentError, QuerySyntaxError
+    from rscale.query.grammar import parse, parse_size
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    q = parse(text)
+    if q.sizes:
+        raise QuerySyntaxError(f"a curve query names no sizes (use --n for the range): {q}")
+    if not q.backbones:
+        raise QuerySyntaxError(f"say for which backbones: add 'for NAME' (query: {q})")
+    try:
+        lo_s, hi_s = (parse_size(p) for p in n_range.split(".."))
+    except ValueError:
+        raise InvalidArgumentError(f"cannot read the range {n_range!r}; write e.g. 1e5..1e9") from None
+    if hi_s <= lo_s:
+        raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
+    ns = np.unique(np.round(np.geomspace(lo_s, hi_s, points)))
+    reg = Registry.locate(registry)
+    versions = []
+    for ref in q.backbones:
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=q.estimator or "evt")
+    series = []
+    for v in versions:
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+        for m in q.measures:
+            vals, los, his = [], [], []
+            for n in ns:
+                pq = predict_per_query(est, m.law_metric, float(n), m.k, q.mode)
+                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx))
+                vals.append(float(pq.mean()))
+                los.append(float(lo))
+                his.append(float(hi))
+            sampled = []
+            s = float(est.n_sampled.max())
+            realised = law_.Hardness.from_flat(info["counts"] / np.repeat(est.n_sampled, np.diff(est.offsets)),
+                                               est.offsets)
+            sampled.append((s, float(law_.per_query(realised, m.law_metric, s, m.k, "plugin").mean())))
+            if v.sample and reg.blob_path(v.sample).exists():
+                cur = read_sample_stats(reg.blob_path(v.sample))
+                for i in range(3):
+                    cur = subsample(cur, 0.5, seed=seed + i)
+                    size = float(cur.n_sampled.mean())
+                    h = law_.Hardness.from_flat(cur.pos_counts / cur.n_sampled[cur.positive_query()], cur.pos_offsets)
+                    sampled.append((size, float(law_.per_query(h, m.law_metric, size, m.k, "plugin").mean())))
+            series.append({"backbone": v.backbone, "version": f"v{v.version}", "measure": str(m),
+                           "N": ns.tolist(), "value": vals, "ci_low": los, "ci_high": his,
+                           "sampled": sorted(sampled)})
+    return {"query": str(q), "series": series}
+
+
+def plot_curve(data: dict, out) -> str:
+    """Draw a curve() result to an image file (matplotlib, the 'plot' extra)."""
+    from rscale.errors import MissingExtraError
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingExtraError("matplotlib", "plot") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, s in enumerate(data["series"]):
+        color = f"C{i}"
+        label = f"{s['backbone']}@{s['version']} {s['measure']}"
+        ax.plot(s["N"], s["value"], color=color, label=label)
+        ax.fill_between(s["N"], s["ci_low"], s["ci_high"], color=color, alpha=0.2, linewidth=0)
+        if s["sampled"]:
+            xs, ys = zip(*s["sampled"])
+            ax.scatter(xs, ys, color=color, marker="o", s=18, zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("gallery size N (distractors)")
+    ax.set_ylabel("metric (band: 95% query CI; dots: measured)")
+    ax.set_title(data["query"], fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return str(out)

@@ -1,0 +1,211 @@
+"""Working with the hardness registry: register, list, tag, verify, share, report, compare."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from rscale.api.config import code_version
+from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd
+from rscale.api.querying import query
+
+
+def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
+             mlflow_run_id=None) -> dict:
+    """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.store.hardness_file import read_hardness, tail_path
+    from rscale.store.registry import Registry
+
+    est, info = read_hardness(hardness)
+    meta = info["meta"]
+    from rscale.producers.lineage import read_run_id
+    mlflow_run_id = mlflow_run_id or read_run_id(hardness)
+    tail = tail_path(hardness)
+    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
+               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
+               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    if sample_stats is not None:
+        summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
+        from rscale.errors import RscaleError
+        try:
+            summary["budget"] = budget_check(sample_stats, est.method, est.params)
+        except RscaleError as exc:  # a sample too small to halve three times: say so, still register
+            summary["budget"] = {"error": str(exc)}
+        if est.method == "evt":
+            from dataclasses import fields as dc_fields
+
+            from rscale.core.estimators.evt import EVTConfig
+            from rscale.core.estimators.sensitivity import sensitivity_range
+            from rscale.store.sample_stats_file import read_sample_stats
+            known = {f.name for f in dc_fields(EVTConfig)}
+            base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
+            lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
+            summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
+                                      "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
+        try:
+            summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
+        except RscaleError as exc:
+            summary["distractor_sd"] = {"error": str(exc)}
+    reg = Registry.locate(registry)
+    version, created = reg.register(
+        backbone=backbone or meta.get("backbone") or "unnamed",
+        benchmark=benchmark or meta.get("benchmark") or "unknown",
+        source=source or meta.get("distractor_source") or "unknown",
+        estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
+        sample_file=sample_stats, params=est.params, code_version=code_version(),
+        mlflow_run_id=mlflow_run_id, summary=summary,
+        blob_rows={"hardness": int(est.x.size), "tail": int(est.n_sampled.size),
+                   "sample": int(est.n_sampled.size)})
+    return {"ref": version.ref, "created": created, "hardness": version.hardness,
+            "registry": str(reg.root), "series": "/".join(version.series)}
+
+
+def list_versions(registry=None) -> list:
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).versions()
+
+
+def show(name: str, registry=None, benchmark=None, estimator=None):
+    from rscale.store.registry import Registry
+    base, _, ver = name.partition("@")
+    return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
+
+
+def tag(name: str, tag_name: str, registry=None, benchmark=None, estimator=None):
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    reg.tag(v, tag_name)
+    return reg.get(base, f"v{v.version}", v.benchmark, v.source, v.estimator)
+
+
+def verify(registry=None) -> dict:
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).verify()
+
+
+def export(name: str, out, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
+    from rscale.store.bundle import export_bundle
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    return export_bundle(reg, v, out, license=license), v
+
+
+def import_(bundle, registry=None):
+    from rscale.store.bundle import import_bundle
+    from rscale.store.registry import Registry
+    return import_bundle(Registry.locate(registry), bundle)
+
+
+def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
+    """A markdown summary of a registry: latest version of every series x measures x sizes."""
+    from rscale.query.grammar import format_size
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    versions = [v for v in reg.versions() if "latest" in v.tags]
+    lines = [f"# rscale report: {reg.root}", ""]
+    for m in measures:
+        lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | "
+                  + " | ".join(f"N={format_size(int(n))}" for n in sizes) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(sizes)]
+        for v in versions:
+            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} for {v.backbone}@v{v.version} "
+                        f"on {v.benchmark} using {v.estimator}", registry, bootstrap=200)
+            cells = [f"{r['value']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in ans["rows"]]
+            lines.append(f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | "
+                         f"{v.summary.get('S_max', 0):,} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Estimator diagnostics", "", "| backbone | estimator | queries | positives | rules |", "|---|---|---|---|---|"]
+    for v in versions:
+        rules = ", ".join(f"{k} {val:.0%}" for k, val in sorted(v.summary.get("rules", {}).items()))
+        lines.append(f"| {v.backbone} | {v.estimator} | {v.summary.get('queries')} | {v.summary.get('positives')} | {rules} |")
+    return "\n".join(lines) + "\n"
+
+
+def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
+    """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
+    import pyarrow.parquet as pq
+
+    from rscale.store.registry import Registry
+    reg = Registry.locate(registry)
+    base, _, ver = name.partition("@")
+    v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    out = {"ref": v.ref, "series": dict(zip(("backbone", "benchmark", "source", "estimator"), v.series)),
+           "lineage": v.lineage, "estimator": v.estimator, "params": v.params, "code_version": v.code_version,
+           "mlflow_run_id": v.mlflow_run_id, "created": v.created, "outputs": {}, "inputs": {}}
+    for kind in ("hardness", "tail", "sample"):
+        digest = getattr(v, kind)
+        if not digest:
+            continue
+        entry = {"digest": digest, "path": str(reg.blob_path(digest))}
+        if reg.blob_path(digest).exists():
+            md = {k.decode(): val.decode() for k, val in (pq.read_schema(reg.blob_path(digest)).metadata or {}).items()}
+            if "rscale.meta" in md:
+                entry["meta"] = json.loads(md["rscale.meta"])
+        else:
+            entry["missing"] = True
+        (out["inputs"] if kind == "sample" else out["outputs"])[kind] = entry
+    if v.summary.get("sample_mlflow_run_id"):
+        out["inputs"].setdefault("sample", {})["mlflow_run_id"] = v.summary["sample_mlflow_run_id"]
+    if not v.sample:
+        out["inputs"]["note"] = "registered without its sample stats (rscale register --sample records them)"
+    return out
+
+
+def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
+         benchmark=None, estimator=None) -> dict:
+    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.uncertainty import paired_difference
+    from rscale.errors import InvalidArgumentError
+    from rscale.query.measures import Measure
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    m = Measure.parse(measure)
+    sides = []
+    for name in (a, b):
+        base, _, ver = name.partition("@")
+        v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        sides.append((v, est, info))
+    (va, ea, ia), (vb, eb, ib) = sides
+    qa, qb = ia["query_ids"], ib["query_ids"]
+    common, ia_idx, ib_idx = np.intersect1d(qa, qb, return_indices=True)
+    if common.size < 2:
+        raise InvalidArgumentError(f"{va.ref} and {vb.ref} share {common.size} queries; a diff needs the same queries")
+    pa_ = predict_per_query(ea, m.law_metric, n, m.k)[ia_idx]
+    pb_ = predict_per_query(eb, m.law_metric, n, m.k)[ib_idx]
+    d = paired_difference(pb_, pa_)
+    delta = pb_ - pa_
+    order = np.argsort(-np.abs(delta))[:top]
+    # per-positive hardness, aligned by (query, positive) ids
+    def keyed(est, info):
+        qid = np.repeat(info["query_ids"], np.diff(est.offsets))
+        pid = np.asarray(info["positive_ids"].to_pylist(), dtype=str)
+        return np.char.add(np.char.add(qid.astype(str), "\x00"), pid), est.x, est.rule
+    ka, xa, ra = keyed(ea, ia)
+    kb, xb, rb = keyed(eb, ib)
+    _, pa_idx, pb_idx = np.intersect1d(ka, kb, return_indices=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lr = np.log10(xb[pb_idx] / xa[pa_idx])
+    finite = np.isfinite(lr)
+    return {
+        "a": va.ref + f" [{'/'.join(va.series)}]", "b": vb.ref + f" [{'/'.join(vb.series)}]",
+        "measure": str(m), "N": n, "queries_compared": int(common.size),
+        "value_a": float(pa_.mean()), "value_b": float(pb_.mean()), "difference": d.value,
+        "ci_low": d.lo, "ci_high": d.hi, "resolved": d.resolved,
+        "positives_compared": int(pa_idx.size),
+        "median_log10_hardness_ratio": float(np.median(lr[finite])) if finite.any() else None,
+        "rule_changed_share": float(np.mean(ra[pa_idx] != rb[pb_idx])) if pa_idx.size else None,
+        "largest_query_changes": [{"query_id": str(common[i]), "a": float(pa_[i]), "b": float(pb_[i]),
+                                   "delta": float(delta[i])} for i in order],
+    }

@@ -1,0 +1,172 @@
+"""Producers behind the CLI: descriptor sets, scoring, feature extraction."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def read_qrels(path) -> dict:
+    """query_id -> list of positive ids, from a Parquet (or CSV) file with those two columns."""
+    from rscale.errors import FormatError
+    path = str(path)
+    try:
+        if path.endswith(".csv"):
+            import pyarrow.csv as pcsv
+            table = pcsv.read_csv(path)
+        else:
+            import pyarrow.parquet as pq
+            table = pq.read_table(path)
+    except Exception as exc:
+        raise FormatError(f"cannot read qrels ({type(exc).__name__}: {exc})", path=path) from None
+    for col in ("query_id", "positive_id"):
+        if col not in table.column_names:
+            raise FormatError(f"missing column '{col}'", path=path, hint="qrels have columns query_id, positive_id")
+    out: dict = {}
+    for q, p in zip(table.column("query_id").to_pylist(), table.column("positive_id").to_pylist()):
+        out.setdefault(str(q), []).append(str(p))
+    return out
+
+
+def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
+          k: int = 4000, backend: str = "numpy", chunk: int = 16384, meta: dict | None = None,
+          lineage: bool = True) -> dict:
+    """Score a hash-sampled share of a distractor set against the queries; write sample stats.
+
+    ``fraction`` 1.0 scores the whole pool (the exact full-gallery evaluation); below 1 it scores
+    the nested uniform sample {id : hash(seed, id) < fraction}. Shards are scored separately and
+    merged, with the shard-to-shard drift check.
+    """
+    import time
+
+    from rscale.errors import FormatError
+    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.score.engine import Queries, score_shards
+    from rscale.score.sampling import in_sample
+    from rscale.store.sample_stats_file import write_sample_stats
+
+    qs, ps, ds = DescriptorSet.open(queries_dir), DescriptorSet.open(positives_dir), DescriptorSet.open(distractors_dir)
+    if not (qs.dim == ps.dim == ds.dim):
+        raise FormatError(f"descriptor dimensions differ: queries {qs.dim}, positives {ps.dim}, distractors {ds.dim}",
+                          path=str(distractors_dir), hint="score sets extracted with the same backbone and pooling")
+    rel = read_qrels(qrels)
+    q_ids = qs.ids().astype(str)
+    q_vec = np.concatenate([np.asarray(v, dtype=np.float32) for _, v in qs.shards()])
+    p_ids = ps.ids().astype(str)
+    p_vec = np.concatenate([np.asarray(v, dtype=np.float32) for _, v in ps.shards()])
+    where = {p: i for i, p in enumerate(p_ids)}
+    missing = sorted({p for q in q_ids for p in rel.get(q, []) if p not in where})
+    if missing:
+        raise FormatError(f"{len(missing)} positive id(s) in the qrels are not in the positive set, e.g. "
+                          f"{missing[0]!r}", path=str(qrels))
+    queries = Queries.build(q_vec, q_ids, p_vec, p_ids, lambda i: [where[p] for p in rel.get(q_ids[i], [])])
+    keep = None if fraction >= 1.0 else (lambda ids: in_sample(ids, fraction, seed))
+    shards = list(ds.shards())   # (ids, memory-mapped vectors) per shard: nothing is loaded yet
+
+    def shard_chunks(ids, vectors):
+        mask = None if keep is None else keep(ids)
+        for a in range(0, len(ids), chunk):
+            block = np.asarray(vectors[a:a + chunk], dtype=np.float32)
+            yield block if mask is None else block[mask[a:a + chunk]]
+
+    from pathlib import Path
+
+    from rscale.producers.lineage import digest_file, producer_run
+    inputs = {"queries": digest_file(Path(queries_dir) / "manifest.json"),
+              "positives": digest_file(Path(positives_dir) / "manifest.json"),
+              "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
+              "qrels": digest_file(qrels)}
+    params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
+    with producer_run("score", params, inputs, enabled=lineage) as run:
+        t = time.perf_counter()
+        ss, report = score_shards(
+            queries, (shard_chunks(i, v) for i, v in shards), k=k, backend=backend,
+            meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
+                  "distractor_source": ds.manifest.get("source", str(distractors_dir)),
+                  "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
+                  **{f"input_{name}": d for name, d in inputs.items()},
+                  "weights_sha256": ds.manifest.get("weights_sha256", "")})
+        secs = time.perf_counter() - t
+        write_sample_stats(ss, out)
+        run.output("sample_stats", digest_file(out))
+        from rscale.producers.lineage import write_run_sidecar
+        write_run_sidecar(out, "score", run.run_id)
+        run.metric("seconds_scoring", secs)
+        run.metric("sampled", float(ss.n_sampled.max()))
+    return {"written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,
+            "S": int(ss.n_sampled.max()), "K": ss.k, "seconds": round(secs, 2), "backend": backend,
+            "drift": None if report is None else report.message(),
+            "drifting": None if report is None else report.drifting}
+
+
+def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=200_000, hard_share=0.01,
+                         seed=0, backbone="sim_desc", shard_size=65_536, noise=(0.6, 0.6)) -> str:
+    """Write simulated query/positive/distractor descriptor sets and their qrels under ``out``."""
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.sim.descriptors import make_descriptors
+
+    out = Path(out)
+    ds = make_descriptors(n_instances=instances, d=dim, positives_per_instance=positives,
+                          n_distractors=distractors, hard_share=hard_share, seed=seed,
+                          noise=noise[0] if noise[0] == noise[1] else noise)
+    meta = {"backbone": backbone, "pooling": "simulated", "resolution": 0, "source": f"sim:descriptors:{seed}"}
+    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta)
+    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta)
+    blocks = ((np.arange(a, min(a + shard_size, distractors)), ds.distractors[a:a + shard_size])
+              for a in range(0, distractors, shard_size))
+    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size)
+    qrels = [(ds.query_ids[q], ds.positive_ids[p]) for q in range(len(ds.query_ids)) for p in ds.positives_of(q)]
+    pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
+                   out / "qrels.parquet")
+    return f"wrote {out}/queries ({len(ds.query_ids)}), positives ({len(ds.positive_ids)}), " \
+           f"distractors ({distractors:,}), qrels.parquet"
+
+
+def extract(images, model_dir, out, role="distractors", layout="folder", crop=False, pooling="cls",
+            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
+    """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
+
+    ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
+    ``intervention`` (gp, msa) applies to the queries only.
+    """
+    from pathlib import Path
+
+    from rscale.errors import InvalidArgumentError
+    from rscale.producers import extract as ex
+    from rscale.producers.interventions import GrayPad, MaskedScales
+
+    interventions = {None: None, "none": None, "gp": GrayPad, "msa": MaskedScales}
+    if intervention not in interventions:
+        raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
+    make = interventions[intervention]
+    out = Path(out)
+    kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
+              progress=progress)
+    if layout == "ilias":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        queries, positives, qrels = ex.ilias_layout(images, crop_queries=crop)
+        qs = ex.extract(queries, model_dir, out / "queries", role="queries",
+                        intervention=make() if make else None, **kw)
+        ps = ex.extract(positives, model_dir, out / "positives", role="positives", **kw)
+        pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
+                       out / "qrels.parquet")
+        return {"queries": qs.count, "positives": ps.count, "qrels": len(qrels), "written": str(out)}
+    src = Path(images)
+    exts = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
+    if src.is_dir():
+        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in exts)
+        items = [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
+    elif src.is_file():
+        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
+        items = [(str(p.with_suffix("")), p, None) for p in paths]
+    else:
+        raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
+    if make and role != "queries":
+        raise InvalidArgumentError("interventions apply to queries only (the gallery index is never touched)")
+    ds = ex.extract(items, model_dir, out, role=role, intervention=make() if make else None, **kw)
+    return {role: ds.count, "written": str(out)}
