@@ -109,3 +109,20 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", "-r", reg]) == 1
     assert "missing:" in capsys.readouterr().out
+
+
+def test_predict_in_pool_flag(tmp_path, capsys):
+    ss = tmp_path / "ss.parquet"
+    h = tmp_path / "h.parquet"
+    assert main(["simulate", "sim_gaussian", "-o", str(ss), "--s", "2e5", "--k", "300", "--queries", "30"]) == 0
+    assert main(["estimate", str(ss), "-o", str(h)]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(h), "--n", "2e5", "--n", "1e6", "--in-pool", "--format", "json"]) == 0
+    at_s, pool = json.loads(capsys.readouterr().out)
+    from rscale.core import law
+    from rscale.store.sample_stats_file import read_sample_stats
+    s = read_sample_stats(ss)
+    exact = law.map_at_k(law.Hardness.from_counts(s.pos_counts, s.pos_offsets, 2e5), 2e5, 1000)
+    assert abs(at_s["value"] - exact) < 1e-12 and pool["value"] <= at_s["value"]
+    assert main(["predict", str(h), "--n", "1e5", "--in-pool"]) == 2   # N < S
+    assert "N >= S" in capsys.readouterr().err

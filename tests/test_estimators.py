@@ -146,3 +146,32 @@ def test_sdm_recovers_a_gaussian_tail(simulated):
     est = estimate(ss, "sdm")
     m = (bench.pos_x > 1e-9) & (bench.pos_x < 1e-3)
     assert abs(np.median(np.log10(est.x[m] / bench.pos_x[m]))) < 0.2
+
+
+def test_in_pool_prediction(simulated):
+    bench, ss = simulated
+    est = estimate(ss, "evt")
+    s = float(ss.n_sampled[0])
+    # at N = S the pool is the sample: the prediction is the sample's exact metric
+    exact = law.ap_at_k(law.Hardness.from_counts(ss.pos_counts, ss.pos_offsets, s), s, 1000)
+    np.testing.assert_allclose(predict_per_query(est, "AP", s, in_pool_counts=ss.pos_counts), exact, rtol=1e-12)
+    # far beyond the sample it tends to the unconditional prediction
+    far = predict(est, "AP", 1e10)
+    assert abs(predict_per_query(est, "AP", 1e10, in_pool_counts=ss.pos_counts).mean() - far) < 1e-3
+    with pytest.raises(InvalidArgumentError, match="N >= S"):
+        predict_per_query(est, "AP", s / 2, in_pool_counts=ss.pos_counts)
+
+
+def test_in_pool_is_closer_to_a_small_pools_realised_value():
+    # a 1M pool sampled at 30%: conditioning on the observed counts removes part of the error
+    spec = replace(PRESETS["sim_bounded"], n_queries=1232)
+    errs = []
+    for seed in (7, 8):
+        bench = sim.simulate(spec, seed=seed)
+        ss = sim.sample(bench, 300_000, k=4000, seed=seed)
+        truth = sim.truth(bench, ss, 1e6, seed=seed).mean()
+        est = estimate(ss, "evt")
+        errs.append((abs(predict(est, "AP", 1e6) - truth),
+                     abs(predict_per_query(est, "AP", 1e6, in_pool_counts=ss.pos_counts).mean() - truth)))
+    uncond, cond = np.mean(errs, axis=0)
+    assert cond < uncond

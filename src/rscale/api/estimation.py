@@ -69,7 +69,7 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
 
 
 def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
-            level: float = 0.95, bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+            level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False) -> list[dict]:
     """Predicted metric values with query-bootstrap CIs from a hardness file."""
     from rscale.core.prediction import predict_per_query, resolve_mode
     from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
@@ -83,7 +83,8 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     for m in measures:
         measure = m if isinstance(m, Measure) else Measure.parse(m)
         for n in sizes:
-            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode)
+            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
+                                   in_pool_counts=info["counts"] if in_pool else None)
             lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
             rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
                          "ci_low": float(lo), "ci_high": float(hi), "level": level,

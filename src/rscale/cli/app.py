@@ -143,12 +143,14 @@ def predict(
     metric: list[str] = typer.Option(["mAP@1000"], "--metric", help="Measure(s): mAP@1000, R@1, Recall@100, MRR."),
     n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ..."),
     mode: Optional[str] = typer.Option(None, help="plugin or expected (default: plugin for mAP/MRR, expected for R/Recall)."),
+    in_pool: bool = typer.Option(False, "--in-pool", help="The gallery contains the sample (a fixed pool of size N): "
+                                 "condition on the observed counts."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
 ):
     """Predict metrics at any gallery size from stored hardness, with 95% query-bootstrap CIs."""
     from rscale import api
 
-    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode)
+    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode, in_pool=in_pool)
     _print_rows(rows, fmt, ["measure", "N", "value", "ci_low", "ci_high", "estimator", "mode", "extrapolation"])
 
 

@@ -22,13 +22,39 @@ def resolve_mode(metric: str, mode: str | None) -> str:
     return DEFAULT_MODE.get(metric, "plugin") if mode is None else mode
 
 
+def in_pool_hardness(x: np.ndarray, counts: np.ndarray, s: np.ndarray, n: float) -> np.ndarray:
+    """Effective hardness when the gallery of size n *contains* the sample (a fixed pool).
+
+    The positive's count in the pool is its observed sampled count c plus what the n - S unsampled
+    distractors add, so the plug-in count is c + (n - S) x rather than n x:
+    x_eff = (c + (n - S) x) / n. At n = S this is the sample's realised fraction (exact); for n >> S
+    it tends to x. Use it for the small-pool target (the realised metric of the pool sampled from).
+    """
+    s = np.asarray(s, dtype=np.float64)
+    if np.any(n < s):
+        from rscale.errors import InvalidArgumentError
+        raise InvalidArgumentError(f"an in-pool prediction needs N >= S; got N={n:g} < S={float(s.max()):g}")
+    return np.clip((np.asarray(counts, dtype=np.float64) + (n - s) * x) / n, 0.0, 1.0)
+
+
 def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
-                      mode: str | None = None) -> np.ndarray:
+                      mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
     """Per-query predicted metric at gallery size ``n`` (the benchmark value is the mean).
 
-    ``mode`` None picks :data:`DEFAULT_MODE` for the metric.
+    ``mode`` None picks :data:`DEFAULT_MODE` for the metric. ``in_pool_counts`` (the sampled
+    counts, per positive) makes the prediction condition on the sample being part of the gallery
+    (:func:`in_pool_hardness`; plug-in only).
     """
     mode = resolve_mode(metric, mode)
+    if in_pool_counts is not None:
+        if mode != "plugin":
+            from rscale.errors import InvalidArgumentError
+            raise InvalidArgumentError("in-pool predictions use the plug-in mode")
+        s = np.repeat(est.n_sampled, np.diff(est.offsets))
+        draws = [est.x] if est.draws is None else [est.draws[:, d] for d in range(est.draws.shape[1])]
+        vals = [law.per_query(law.Hardness.from_flat(in_pool_hardness(x, in_pool_counts, s, float(n)), est.offsets),
+                              metric, n, k, mode) for x in draws]
+        return np.mean(vals, axis=0)
     if est.draws is None:
         return law.per_query(est.hardness(), metric, n, k, mode)
     vals = [law.per_query(law.Hardness.from_flat(est.draws[:, d], est.offsets), metric, n, k, mode)
