@@ -50,7 +50,6 @@ def test_blobs_are_read_only_and_content_addressed(tmp_path):
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     p = reg.blob_path(v.hardness)
-    assert not os.access(p, os.W_OK) or os.geteuid() == 0
     assert oct(p.stat().st_mode & 0o777) == "0o444"
     from rscale.store.registry import sha256_file
     assert sha256_file(p) == v.hardness
@@ -171,7 +170,7 @@ def test_bundle_round_trip_and_tamper(tmp_path):
     with pytest.raises(FormatError, match="does not match its digest"):
         api.import_(tampered, fresh)
     assert not (fresh / "catalog.duckdb").exists()
-    assert not list((fresh).glob("blobs/**/*.parquet")) if (fresh / "blobs").exists() else True
+    assert not list(fresh.glob("blobs/**/*.parquet"))
     # truncated
     trunc = tmp_path / "trunc.tar"
     trunc.write_bytes(bundle.read_bytes()[:5000])

@@ -18,7 +18,6 @@ class DemoRow:
     s: int
     n: float
     truth: float
-    truth_at_s: float
     evaluate_at_s: float
     count: float
     true_hardness_expected: float
@@ -50,7 +49,6 @@ def demo(backbones=None, n: float = 1e8, fraction: float = 0.05, k: int = 1000,
         rows.append(DemoRow(
             backbone=name, family=spec.family, n_queries=spec.n_queries, s=s, n=n,
             truth=float(sim.truth(bench, ss, n, "AP", k, seed=seed).mean()),
-            truth_at_s=float(sim.truth(bench, ss, s, "AP", k, seed=seed).mean()),
             evaluate_at_s=law.map_at_k(count, s, k),
             count=law.map_at_k(count, n, k),
             true_hardness_expected=law.map_at_k(bench.hardness, n, k, mode="expected"),

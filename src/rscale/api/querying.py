@@ -21,9 +21,9 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
     reg = Registry.locate(registry)
     estimator = q.estimator or "evt"
-    versions = []
+    versions, catalog = [], reg.versions()          # one catalog read for every backbone named
     for ref in q.backbones:
-        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=estimator)
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     rows, warnings, per_query = [], [], {}
     for v in versions:
         est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
@@ -129,9 +129,9 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
         raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
     ns = np.unique(np.round(np.geomspace(lo_s, hi_s, points)))
     reg = Registry.locate(registry)
-    versions = []
+    versions, catalog = [], reg.versions()          # one catalog read for every backbone named
     for ref in q.backbones:
-        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, estimator=q.estimator or "evt")
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt")
     series = []
     for v in versions:
         est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))

@@ -154,11 +154,6 @@ def _within(r: np.ndarray, k: int) -> np.ndarray:
     return r <= k * (1.0 + 1e-12) + 1e-9
 
 
-def expected_ranks(h: Hardness, n: float) -> np.ndarray:
-    """Plug-in ranks r_j = j + N x_j (flat, in ``h``'s order)."""
-    return h.j + check_n(n) * h.x
-
-
 def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     """sum_{m=0}^{m_max} P(K = m) * w(m) for K ~ Binomial(n, x), elementwise.
 

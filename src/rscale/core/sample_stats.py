@@ -47,20 +47,6 @@ class SampleStats:
         """Query index of every positive."""
         return ragged.group_index(self.pos_offsets)
 
-    def subset(self, queries) -> "SampleStats":
-        """The same sample restricted to the given query indices (in that order)."""
-        queries = np.asarray(queries, dtype=np.int64)
-        sizes = np.diff(self.pos_offsets)[queries]
-        starts = self.pos_offsets[:-1][queries]
-        idx = np.repeat(starts, sizes) + ragged.position_in_group(
-            np.concatenate([[0], np.cumsum(sizes)])) - 1
-        return SampleStats(
-            query_ids=self.query_ids[queries], n_sampled=self.n_sampled[queries],
-            top_scores=self.top_scores[queries],
-            pos_offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-            pos_ids=self.pos_ids[idx], pos_scores=self.pos_scores[idx],
-            pos_counts=self.pos_counts[idx], meta=dict(self.meta))
-
 
 def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     """Check every documented invariant; raise FormatError naming column and first bad row.

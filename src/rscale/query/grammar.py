@@ -61,10 +61,6 @@ class BackboneRef:
     name: str                 # a name or a glob (* ? [..])
     version: str | None = None  # "v2", "latest", "released", ... ; None = latest
 
-    @property
-    def is_glob(self) -> bool:
-        return any(c in self.name for c in "*?[")
-
     def __str__(self) -> str:
         return self.name if self.version is None else f"{self.name}@{self.version}"
 

@@ -21,6 +21,7 @@ Positive scores are computed by the same float32 GEMM routine as distractor scor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -90,6 +91,17 @@ class Queries:
     pos_ids: np.ndarray      # (P,) str
     pos_scores: np.ndarray   # (P,) float32
 
+    @cached_property
+    def pos_keys(self) -> np.ndarray:
+        """Per positive a sortable key: query index first, then descending score (-s + 4 q)."""
+        qpos = np.repeat(np.arange(self.pos_offsets.size - 1), np.diff(self.pos_offsets))
+        return -(self.pos_scores.astype(np.float64)) + 4.0 * qpos
+
+    @cached_property
+    def pos_min(self) -> np.ndarray:
+        """Each query's lowest positive score: scores below it never count for any positive."""
+        return np.minimum.reduceat(self.pos_scores, self.pos_offsets[:-1])
+
     @classmethod
     def build(cls, query_vectors, query_ids, positive_vectors, positive_ids, positives_of) -> "Queries":
         """Score each query's positives (float32 GEMM, like distractors); ``positives_of(q)`` lists
@@ -125,18 +137,6 @@ def empty_partial(queries: Queries, k: int) -> Partial:
                    np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64))
 
 
-def _positive_keys(queries: Queries):
-    """Per positive a sortable key: query index first, then descending score (cached per Queries)."""
-    keys = getattr(queries, "_keys", None)
-    if keys is None:
-        qpos = np.repeat(np.arange(queries.pos_offsets.size - 1), np.diff(queries.pos_offsets))
-        keys = -(queries.pos_scores.astype(np.float64)) + 4.0 * qpos
-        object.__setattr__(queries, "_keys", keys)
-        object.__setattr__(queries, "_pos_min",
-                           np.minimum.reduceat(queries.pos_scores, queries.pos_offsets[:-1]))
-    return keys, queries._pos_min
-
-
 def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy") -> Partial:
     """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place)."""
     chunk = np.ascontiguousarray(chunk, dtype=np.float32)
@@ -145,7 +145,7 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
     if chunk.shape[0] == 0:
         return state
     k = state.top.shape[1]
-    keys, pos_min = _positive_keys(queries)
+    keys, pos_min = queries.pos_keys, queries.pos_min
     s = _gemm(queries.vectors, chunk, backend)                     # (Q, C) float32
     state.n += chunk.shape[0]
     if np.mean(state.kth == -np.inf) > 0.5:

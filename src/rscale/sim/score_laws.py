@@ -103,9 +103,6 @@ class BoundedLaw(_PerQuery):
         s = hi - eps * (hi - lo)
         return np.where(p <= 0, hi, np.where(p >= 1, lo, s))
 
-    @property
-    def upper(self) -> np.ndarray:
-        return self.hi
 
 
 @dataclass(frozen=True)
@@ -124,9 +121,6 @@ class GaussianLaw(_PerQuery):
     def isf(self, p, q):
         return self.mu[q] - self.sigma[q] * _special().ndtri(np.asarray(p, dtype=np.float64))
 
-    @property
-    def upper(self) -> np.ndarray:
-        return np.full(self.mu.size, np.inf)
 
 
 @dataclass(frozen=True)
@@ -165,9 +159,6 @@ class NearDupLaw(_PerQuery):
         s = 0.5 * (lo + hi)
         return np.where(p <= 0, np.inf, s)
 
-    @property
-    def upper(self) -> np.ndarray:
-        return np.full(self.w.size, np.inf)
 
     def sample_top(self, n: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         """Exact top-k of a mixture sample: split n into bulk and cluster draws, merge their tops."""

@@ -130,22 +130,21 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise FormatError(f"missing column(s): {', '.join(missing)}", path=path)
-    # group boundaries from the dictionary-encoded query ids (no Python strings per row)
-    enc = table.column("query_id").dictionary_encode().combine_chunks()
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    n_rows = codes.size
-    starts = np.concatenate([[0], np.flatnonzero(np.diff(codes) != 0) + 1]) if n_rows else np.zeros(0, np.int64)
-    first_codes = codes[starts]
-    if np.unique(first_codes).size != first_codes.size:
+    # group boundaries from the query ids; object arrays, not dictionary_encode, which would
+    # import pyarrow.compute (~70 ms) on the query path
+    qid = table.column("query_id").to_numpy(zero_copy_only=False)
+    n_rows = qid.size
+    starts = np.concatenate([[0], np.flatnonzero(qid[1:] != qid[:-1]) + 1]) if n_rows else np.zeros(0, np.int64)
+    firsts = qid[starts].astype(str)
+    if np.unique(firsts).size != firsts.size:
         seen, row, dup = set(), 0, None
-        for s_, c_ in zip(starts, first_codes):
-            if c_ in seen:
-                row, dup = int(s_), enc.dictionary[int(c_)].as_py()
+        for s_, q in zip(starts, firsts):
+            if q in seen:
+                row, dup = int(s_), q
                 break
-            seen.add(c_)
+            seen.add(q)
         raise FormatError(f"rows of query {dup!r} are not contiguous", path=path, column="query_id", row=row,
                           hint="keep each query's positives together")
-    firsts = np.asarray(enc.dictionary.take(pa.array(first_codes)).to_pylist(), dtype=str)
     offsets = np.concatenate([starts, [n_rows]]).astype(np.int64)
     x = table.column("x").to_numpy().astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
@@ -158,8 +157,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
         draws = flat.reshape(n_rows, d if d else flat.size // max(n_rows, 1))
     n_sampled = table.column("n_sampled").to_numpy().astype(np.int64)[offsets[:-1]]
-    rule_codes = table.column("rule").dictionary_encode().combine_chunks()
-    rule = np.asarray(rule_codes.dictionary.to_pylist(), dtype=str)[rule_codes.indices.to_numpy(zero_copy_only=False)]
+    rule = table.column("rule").to_numpy(zero_copy_only=False)
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
         params=json.loads(md.get("rscale.params", "{}")), draws=draws)

@@ -165,12 +165,8 @@ class Registry:
                                 "Run 'rscale verify' and restore it (rscale import BUNDLE, or dvc pull)")
         return p
 
-    def put_blob(self, src: str | os.PathLike) -> str:
-        """Copy a file into the blob store (atomic, read-only); return its digest."""
-        return self._put_blob(src)[0]
-
     def _put_blob(self, src) -> tuple[str, bool]:
-        """(digest, whether this call created the blob)."""
+        """Copy a file into the blob store (atomic, read-only): (digest, whether this call created it)."""
         digest = sha256_file(src)
         dest = self.blob_path(digest)
         if dest.exists():
@@ -299,12 +295,13 @@ class Registry:
         return sorted({v.backbone for v in self.versions()})
 
     def resolve(self, name: str, version: str | None = None, benchmark: str | None = None,
-                source: str | None = None, estimator: str | None = None) -> list[Version]:
+                source: str | None = None, estimator: str | None = None,
+                catalog: list[Version] | None = None) -> list[Version]:
         """Versions matching a name or glob, a version (vN or tag; default latest) and filters.
 
         One version per matching series. Unknown names raise NotFoundError with near matches.
         """
-        allv = self.versions()
+        allv = self.versions() if catalog is None else catalog   # pass it to resolve many names at once
         pool = [v for v in allv if fnmatchcase(v.backbone, name)
                 and (benchmark is None or v.benchmark == benchmark)
                 and (source is None or v.source == source)

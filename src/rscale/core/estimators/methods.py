@@ -11,7 +11,7 @@ from dataclasses import fields, replace
 
 from rscale.core.estimators.count import estimate_count
 from rscale.core.estimators.curves import CURVE_METHODS, estimate_curve
-from rscale.core.estimators.evt import DEFAULT, PAPER, EVTConfig, estimate_evt
+from rscale.core.estimators.evt import DEFAULT, EVTConfig, estimate_evt, estimate_evt_paper
 from rscale.core.estimators.sdm import estimate_sdm
 from rscale.errors import InvalidArgumentError
 
@@ -36,7 +36,7 @@ def estimate(ss, method: str = DEFAULT_METHOD, **params):
         if params:
             raise InvalidArgumentError("evt-paper is the published configuration and takes no parameters; "
                                        "use method 'evt' with posterior=False to vary it")
-        return estimate_evt(ss, PAPER, method="evt-paper")
+        return estimate_evt_paper(ss)
     if method == "count":
         return estimate_count(ss)
     if method == "sdm":
