@@ -6,9 +6,15 @@ its message on stderr and a non-zero exit code; users never see a traceback for 
 
 from __future__ import annotations
 
+import os
 import sys
 
-from rscale.cli.app import app
+# OpenBLAS keeps its worker threads spinning for ~0.1 s after every call by default; between the
+# scoring engine's GEMMs that spin takes the cores its post-GEMM threads need (engine 0.72 -> 0.8
+# of a bare GEMM when they sleep at once, benchmarks/scoring_speed.py). Read when numpy loads.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+from rscale.cli.app import app  # noqa: E402
 from rscale.errors import RscaleError
 
 

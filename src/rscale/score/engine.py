@@ -12,7 +12,14 @@ Per chunk: one GEMM (numpy/BLAS, or faiss when it is installed and asked for) gi
 scores. Instead of an argpartition over every row (which costs several times the GEMM), each row
 keeps a running threshold (its K-th best score so far), and only scores at or above
 min(threshold, lowest positive score) survive a vectorised comparison; those few feed the positive
-counts and a per-row candidate buffer that is merged into the top-K only when it fills.
+counts and a per-row candidate buffer that is merged into the top-K only when it fills. In the
+first chunks, while the K-th best is still low and most rows would collect more candidates than a
+buffer holds, one partition of the whole block is cheaper and is used instead. Everything after
+the GEMM is per row, so row blocks run on several threads.
+
+OpenBLAS workers spin for ~0.1 s after each call unless ``OPENBLAS_THREAD_TIMEOUT`` is small;
+that spin competes with the post-GEMM threads. The ``rscale`` command sets it to 4 before numpy
+loads; library users who score large pools should export it themselves.
 
 Tie rule: a distractor whose float32 score equals a positive's float32 score counts as above it.
 Positive scores are computed by the same float32 GEMM routine as distractor scores.
@@ -20,8 +27,10 @@ Positive scores are computed by the same float32 GEMM routine as distractor scor
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -137,30 +146,63 @@ def empty_partial(queries: Queries, k: int) -> Partial:
                    np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64))
 
 
-def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy") -> Partial:
-    """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place)."""
+def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy",
+                threads: int | None = None) -> Partial:
+    """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place).
+
+    After the GEMM, every row's work (threshold filter, top-K buffer, positive counts) touches
+    only that row's state and that row's positives, so row blocks are folded on ``threads``
+    threads (default: the CPU count, at most 8); numpy releases the GIL in the heavy steps.
+    """
     chunk = np.ascontiguousarray(chunk, dtype=np.float32)
     if chunk.ndim != 2 or chunk.shape[1] != queries.vectors.shape[1]:
         raise InvalidArgumentError(f"distractor chunk has shape {chunk.shape}; expected (C, {queries.vectors.shape[1]})")
     if chunk.shape[0] == 0:
         return state
-    k = state.top.shape[1]
-    keys, pos_min = queries.pos_keys, queries.pos_min
     s = _gemm(queries.vectors, chunk, backend)                     # (Q, C) float32
     state.n += chunk.shape[0]
-    if np.mean(state.kth == -np.inf) > 0.5:
-        # warm-up (fewer than K seen for most rows): a dense top-K of the whole block
-        state.flush()
-        both = np.concatenate([state.top, s], axis=1)
-        state.top[:] = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
-        state.kth[:] = state.top.min(axis=1)
+    blocks = _row_blocks(queries.vectors.shape[0], threads)
+    if len(blocks) == 1:
+        _fold(queries, s, state, 0, queries.vectors.shape[0])
+    else:
+        for f in [_pool(len(blocks)).submit(_fold, queries, s, state, a, b) for a, b in blocks]:
+            f.result()
+    return state
+
+
+MIN_ROWS_PER_THREAD = 64
+
+
+def _row_blocks(q: int, threads: int | None) -> list[tuple[int, int]]:
+    n = threads if threads is not None else min(os.cpu_count() or 1, 8)
+    n = max(1, min(n, q // MIN_ROWS_PER_THREAD))
+    edges = np.linspace(0, q, n + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+@lru_cache(maxsize=4)
+def _pool(n: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix="rscale-score")
+
+
+def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int) -> None:
+    """Fold the score rows [a, b) into the matching rows of ``full`` (in place, through views)."""
+    p0, p1 = int(queries.pos_offsets[a]), int(queries.pos_offsets[b])
+    state = Partial(full.top[a:b], full.kth[a:b], full.buf[a:b], full.fill[a:b], full.n[a:b], full.counts[p0:p1])
+    keys = queries.pos_keys[p0:p1] - 4.0 * a                      # row index relative to the block
+    pos_min = queries.pos_min[a:b]
+    s = s_all[a:b]
+    # early chunks (K-th best still low, many candidates per row, estimated on every 8th row):
+    # one partition of the whole block is cheaper than collecting and buffering candidates
+    if np.count_nonzero(s[::8] > state.kth[::8, None]) > s[::8].shape[0] * BUFFER // 2:
         rows, vals = _survivors(s, pos_min)
+        _dense_merge(state, s)
     else:
         cut = np.minimum(state.kth, pos_min)                        # keep what can matter
         rows, vals = _survivors(s, cut)                             # row-major: rows ascending
         cand = vals > state.kth[rows]
         if cand.any():
-            _buffer(state, rows[cand], vals[cand], k)
+            _buffer(state, rows[cand], vals[cand], state.top.shape[1])
         keep = vals >= pos_min[rows]
         rows, vals = rows[keep], vals[keep]
     if rows.size:
@@ -171,7 +213,16 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
         end = np.searchsorted(keys, 4.0 * rows + 2.0, side="left")
         inc = np.bincount(first, minlength=keys.size + 1) - np.bincount(end, minlength=keys.size + 1)
         state.counts += np.cumsum(inc)[:-1]
-    return state
+
+
+def _dense_merge(state: Partial, s: np.ndarray) -> None:
+    """Top-K of (top-K so far, buffer, every score of the block), one partition per row."""
+    k = state.top.shape[1]
+    state.flush()
+    both = np.concatenate([state.top, s], axis=1)
+    both.partition(both.shape[1] - k, axis=1)                      # in place: no extra copy
+    state.top[:] = both[:, -k:]
+    state.kth[:] = state.top.min(axis=1)
 
 
 def _survivors(s: np.ndarray, cut: np.ndarray):
