@@ -109,6 +109,43 @@ def test_faiss_backend_agrees(ds, queries):
     np.testing.assert_array_equal(a.pos_counts, b.pos_counts)
 
 
+def test_torch_backend_agrees_and_keeps_the_tie_rule(ds):
+    pytest.importorskip("torch")
+    # positives are scored by the same routine as distractors, so a duplicate still ties exactly
+    q_np = Queries.build(ds.queries, ds.query_ids, ds.positives, ds.positive_ids, ds.positives_of)
+    q_t = Queries.build(ds.queries, ds.query_ids, ds.positives, ds.positive_ids, ds.positives_of, backend="torch")
+    p_idx = ds.positives_of(0)[0]
+    dup = np.repeat(ds.positives[p_idx][None, :], 2, axis=0)
+    chunks = [ds.distractors[:5000], ds.distractors[5000:], dup]
+    a = score_stream(q_np, chunks, k=150)
+    b = score_stream(q_t, chunks, k=150, backend="torch")
+    np.testing.assert_allclose(a.top_scores, b.top_scores, atol=1e-5)
+    pid = ds.positive_ids[p_idx]
+    base = score_stream(q_t, chunks[:2], k=150, backend="torch")
+    assert by_id(b)[pid] == by_id(base)[pid] + 2
+    # counts can differ only where a distractor and a positive agree to float32 rounding
+    diff = np.flatnonzero(a.pos_counts != b.pos_counts)
+    assert diff.size <= 2
+
+
+def test_backend_choice():
+    from rscale.score import engine
+
+    assert engine.choose_backend("faiss", 10, 10, 8) == "faiss"
+    assert engine.choose_backend("auto", 1000, 100_000, 768) == "numpy"      # small: no device start-up
+    with pytest.raises(InvalidArgumentError, match="unknown scoring backend 'cuda'.*numpy, faiss, torch, auto"):
+        engine.choose_backend("cuda", 10, 10, 8)
+
+
+def test_backend_choice_prefers_a_gpu_for_large_jobs(monkeypatch):
+    from rscale.score import engine, torch_backend
+
+    monkeypatch.setattr(torch_backend, "cuda_available", lambda: True)
+    assert engine.choose_backend("auto", 1000, 100_000_000, 768) == "torch"
+    monkeypatch.setattr(torch_backend, "cuda_available", lambda: False)
+    assert engine.choose_backend("auto", 1000, 100_000_000, 768) == "numpy"
+
+
 def test_full_gallery_exact_evaluation(ds, queries):
     # the engine over the whole gallery gives the exact metric; a sample feeds the estimators
     ss = score_stream(queries, [ds.distractors], k=100)

@@ -28,7 +28,7 @@ def read_qrels(path) -> dict:
 
 
 def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
-          k: int = 4000, backend: str = "numpy", chunk: int = 16384, meta: dict | None = None,
+          k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
 
@@ -40,7 +40,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
 
     from rscale.errors import FormatError
     from rscale.score.descriptor_store import DescriptorSet
-    from rscale.score.engine import Queries, score_shards
+    from rscale.score.engine import Queries, choose_backend, score_shards
     from rscale.score.sampling import in_sample
     from rscale.store.sample_stats_file import write_sample_stats
 
@@ -58,7 +58,9 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     if missing:
         raise FormatError(f"{len(missing)} positive id(s) in the qrels are not in the positive set, e.g. "
                           f"{missing[0]!r}", path=str(qrels))
-    queries = Queries.build(q_vec, q_ids, p_vec, p_ids, lambda i: [where[p] for p in rel.get(q_ids[i], [])])
+    backend = choose_backend(backend, len(q_ids), int(ds.manifest.get("count", 0) * min(fraction, 1.0)), ds.dim)
+    queries = Queries.build(q_vec, q_ids, p_vec, p_ids, lambda i: [where[p] for p in rel.get(q_ids[i], [])],
+                            backend=backend)
     keep = None if fraction >= 1.0 else (lambda ids: in_sample(ids, fraction, seed))
     shards = list(ds.shards())   # (ids, memory-mapped vectors) per shard: nothing is loaded yet
 

@@ -436,7 +436,8 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
           fraction: float = typer.Option(1.0, help="Share of the pool to score (hash-sampled, nested); 1 = exact."),
           seed: int = typer.Option(0, help="Sampling seed."),
           k: int = typer.Option(4000, help="Top scores kept per query."),
-          backend: str = typer.Option("numpy", help="numpy (BLAS) or faiss."),
+          backend: str = typer.Option("auto", help="numpy (BLAS), faiss, torch (a CUDA GPU when present) or auto "
+                                                   "(torch on a GPU for large jobs, else numpy)."),
           fmt: str = typer.Option("table", "--format", help="table or json.")):
     """Score descriptors: a uniform sample of the distractors against the queries -> sample stats."""
     import json

@@ -112,9 +112,10 @@ class Queries:
         return np.minimum.reduceat(self.pos_scores, self.pos_offsets[:-1])
 
     @classmethod
-    def build(cls, query_vectors, query_ids, positive_vectors, positive_ids, positives_of) -> "Queries":
-        """Score each query's positives (float32 GEMM, like distractors); ``positives_of(q)`` lists
-        the indices into ``positive_vectors`` of query q's positives."""
+    def build(cls, query_vectors, query_ids, positive_vectors, positive_ids, positives_of,
+              backend: str = "numpy") -> "Queries":
+        """Score each query's positives with the routine that will score distractors (``backend``);
+        ``positives_of(q)`` lists the indices into ``positive_vectors`` of query q's positives."""
         qv = np.ascontiguousarray(query_vectors, dtype=np.float32)
         pv = np.ascontiguousarray(positive_vectors, dtype=np.float32)
         groups = [np.asarray(positives_of(q), dtype=np.int64) for q in range(qv.shape[0])]
@@ -126,15 +127,35 @@ class Queries:
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         scores = np.empty(flat.size, dtype=np.float32)
         for q in range(qv.shape[0]):  # same float32 routine as distractors: q @ D.T
-            scores[offsets[q]:offsets[q + 1]] = (qv[q:q + 1] @ pv[groups[q]].T)[0]
+            scores[offsets[q]:offsets[q + 1]] = _gemm(qv[q:q + 1], pv[groups[q]], backend)[0]
         order = np.lexsort((-scores, np.repeat(np.arange(qv.shape[0]), sizes)))
         return cls(qv, np.asarray(query_ids).astype(str), offsets,
                    np.asarray(positive_ids).astype(str)[flat][order], scores[order])
 
 
+BACKENDS = ("numpy", "faiss", "torch", "auto")
+AUTO_GPU_MIN_FLOPS = 1e12  # below this much GEMM work, a device's start-up costs more than it saves
+
+
+def choose_backend(backend: str, n_queries: int, n_distractors: int, dim: int) -> str:
+    """Resolve ``auto``: torch on a CUDA device for large jobs when one is visible, else numpy
+    (on CPUs the numpy/BLAS GEMM beats faiss' here: benchmarks/scoring_speed.py)."""
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"unknown scoring backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    if 2.0 * n_queries * n_distractors * dim < AUTO_GPU_MIN_FLOPS:
+        return "numpy"
+    from rscale.score.torch_backend import cuda_available
+    return "torch" if cuda_available() else "numpy"
+
+
 def _gemm(q: np.ndarray, d: np.ndarray, backend: str) -> np.ndarray:
     if backend == "faiss":
         from rscale.score.faiss_backend import inner_products
+        return inner_products(q, d)
+    if backend == "torch":
+        from rscale.score.torch_backend import inner_products
         return inner_products(q, d)
     return q @ d.T
 
