@@ -22,7 +22,15 @@ from rscale import sim
 from rscale.core.estimators.base import HardnessEstimate
 from rscale.core.estimators.methods import estimate
 from rscale.core.prediction import predict_per_query
-from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+from rscale.core.subsample import split_halves
+from rscale.core.uncertainty import (
+    bootstrap_indices,
+    convergence_step,
+    distractor_spread,
+    percentile_ci,
+    query_bootstrap,
+    reported_interval,
+)
 from rscale.sim.benchmark import HardnessLaw, SimSpec
 
 K_METRIC = 1000
@@ -69,12 +77,20 @@ def run_one(spec, n, s, seed, b_boot=300):
             lo, hi = percentile_ci(query_bootstrap(pq, idx=idx))
             if label.startswith("evt (default, plugin)"):
                 pin = float(predict_per_query(est, "AP", n, K_METRIC, "plugin", in_pool_counts=ss.pos_counts).mean())
-                out["evt in-pool (plugin)"] = (pin - truth, None, 0.0)   # no CI of its own
-                # the range rscale reports: query CI united with the estimator-sensitivity band
+                out["evt in-pool (plugin)"] = (pin - truth, None, 0.0, float("nan"))   # no CI of its own
+                # the interval rscale reports: query CI + distractor term + convergence bound,
+                # computed as the registry does (rscale.api.estimation.distractor_sd)
+                halves = [float(predict_per_query(estimate(h, method, **params), "AP", n, K_METRIC, mode).mean())
+                          for i in range(3) for h in split_halves(ss, seed=100 + i)]
+                r_lo, r_hi = reported_interval(pred, lo, hi, distractor_spread(halves), convergence_step(halves, pred))
+                out["evt reported CI (+ distractor, convergence)"] = (pred - truth, r_lo <= truth <= r_hi,
+                                                                     time.perf_counter() - t, r_hi - r_lo)
+                # and the range beside it: that interval united with the estimator-sensitivity band
                 from rscale.core.estimators.sensitivity import sensitivity_range
                 b_lo, b_hi = sensitivity_range(ss, "AP", [n], K_METRIC)
-                out["evt range (CI + sensitivity)"] = (pred - truth, min(lo, b_lo[0]) <= truth <= max(hi, b_hi[0]),
-                                                      time.perf_counter() - t)
+                out["evt range (reported CI + sensitivity)"] = (
+                    pred - truth, min(r_lo, b_lo[0]) <= truth <= max(r_hi, b_hi[0]), time.perf_counter() - t,
+                    max(r_hi, b_hi[0]) - min(r_lo, b_lo[0]))
         else:
             pred = est.value(n)
             if est.method == "powerlaw":
@@ -83,7 +99,7 @@ def run_one(spec, n, s, seed, b_boot=300):
             else:
                 boots = query_bootstrap(est.per_query(n), idx=idx)
             lo, hi = percentile_ci(boots)
-        out[label] = (pred - truth, lo <= truth <= hi, time.perf_counter() - t)
+        out[label] = (pred - truth, lo <= truth <= hi, time.perf_counter() - t, hi - lo)
     return truth, out
 
 
@@ -110,17 +126,18 @@ def main(argv=None):
     for regime, name, spec, n, s in cells:
         for d in range(draws):
             truth, out = run_one(spec, n, s, seed=1000 * d + 7)
-            for label, (err, covered, secs) in out.items():
-                rows.setdefault((regime, label), []).append((err, covered, secs))
+            for label, (err, covered, secs, width) in out.items():
+                rows.setdefault((regime, label), []).append((err, covered, secs, width))
         print(f"  {regime:22s} {name:22s} done ({time.time() - t0:.0f}s)", file=sys.stderr)
     lines = [
         f"Command: `.venv/bin/python benchmarks/accuracy.py --draws {draws}{' --quick' if args.quick else ''}` "
         f"({time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}); "
         f"mAP@{K_METRIC}; {len(scenarios)} simulator scenarios x {draws} independent draws per row; "
-        "error = prediction - exact realised value; coverage of the 95% query-bootstrap CI.",
+        "error = prediction - exact realised value; coverage and mean width of the 95% query-bootstrap CI "
+        "(for the two `evt reported`/`evt range` rows: of the interval `rscale query` reports).",
         "",
-        "| regime | estimator | mean signed error | MAE | max abs error | CI coverage | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| regime | estimator | mean signed error | MAE | max abs error | CI coverage | CI width | seconds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (regime, label), vals in rows.items():
         e = np.array([v[0] for v in vals])
@@ -128,15 +145,19 @@ def main(argv=None):
         t = np.array([v[2] for v in vals])
         cov = "n/a" if c[0] is None else f"{np.mean(c):.0%}"
         lines.append(f"| {regime} | {label} | {e.mean():+.4f} | {np.abs(e).mean():.4f} | "
-                     f"{np.abs(e).max():.4f} | {cov} | {t.mean():.2f} |")
+                     f"{np.abs(e).max():.4f} | {cov} | {np.mean([v[3] for v in vals]):.4f} | {t.mean():.2f} |")
     # overall summary per estimator
-    lines += ["", "| estimator | MAE, web-scale cells | MAE, small-pool cells | CI coverage, all |", "|---|---|---|---|"]
-    for label in [e[0] for e in ESTIMATORS] + ["evt range (CI + sensitivity)", "evt in-pool (plugin)"]:
+    lines += ["", "| estimator | MAE, web-scale cells | MAE, small-pool cells | CI coverage, all | CI width, all |",
+              "|---|---|---|---|---|"]
+    extra = ["evt reported CI (+ distractor, convergence)", "evt range (reported CI + sensitivity)", "evt in-pool (plugin)"]
+    for label in [e[0] for e in ESTIMATORS] + extra:
         web = [abs(v[0]) for (r, lab), vals in rows.items() if lab == label and r.startswith("web") for v in vals]
         small = [abs(v[0]) for (r, lab), vals in rows.items() if lab == label and r.startswith("pool") for v in vals]
         cov = [v[1] for (r, lab), vals in rows.items() if lab == label for v in vals]
+        width = [v[3] for (r, lab), vals in rows.items() if lab == label for v in vals]
         cov_text = "n/a" if cov and cov[0] is None else f"{np.mean(cov):.0%}"
-        lines.append(f"| {label} | {np.mean(web):.4f} | {np.mean(small) if small else float('nan'):.4f} | {cov_text} |")
+        lines.append(f"| {label} | {np.mean(web):.4f} | {np.mean(small) if small else float('nan'):.4f} | {cov_text} "
+                     f"| {np.mean(width):.4f} |")
     table = "\n".join(lines)
     print(table)
     if args.write:

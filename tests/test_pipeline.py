@@ -65,3 +65,41 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     # the pipeline demo prints the registry's answers next to simulated truth
     demo = run(rscale + ["demo", "--registry", "registry", "--config", "params.yaml"], path, env)
     assert "exact value" in demo and "sim_neardup" in demo and "full-pool evaluation" in demo
+
+
+def test_registry_travels_through_a_dvc_remote(project, tmp_path_factory):
+    # the README's second way to share: `dvc add` the registry's data, `dvc push` to any remote,
+    # a collaborator clones the git repo, `dvc pull`s and gets the same verified answers
+    from dataclasses import replace
+
+    from rscale import api, sim
+    from rscale.core.estimators.methods import estimate
+    from rscale.sim.presets import PRESETS
+    from rscale.store.hardness_file import write_hardness
+    from rscale.store.sample_stats_file import write_sample_stats
+
+    path, env = project
+    dvc = [sys.executable, "-m", "dvc"]
+    rscale = [sys.executable, "-m", "rscale.cli"]
+    for preset in ("sim_gaussian", "sim_bounded"):
+        ss = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=40), seed=0), 300_000, k=300, seed=0)
+        write_sample_stats(ss, path / f"{preset}.ss.parquet")
+        write_hardness(estimate(ss, "evt"), ss, path / f"{preset}.h.parquet")
+        api.register(path / f"{preset}.h.parquet", path / f"{preset}.ss.parquet", path / "registry")
+    question = ["query", "mAP@1000 at N=1e8 for *", "-r", "registry", "--format", "json"]
+    before = json.loads(run(rscale + question, path, env))
+    remote = tmp_path_factory.mktemp("remote")
+    run(dvc + ["remote", "add", "-d", "shared", str(remote)], path, env)
+    run(dvc + ["add", "registry/catalog.duckdb", "registry/blobs"], path, env)
+    run(dvc + ["push"], path, env)
+    run(["git", "add", "-A"], path, env)
+    run(["git", "commit", "-qm", "registry via dvc"], path, env)
+
+    clone = tmp_path_factory.mktemp("collaborator") / "repo"
+    run(["git", "clone", "-q", str(path), str(clone)], clone.parent, env)
+    assert not (clone / "registry" / "blobs").exists()         # git carries only the .dvc pointers
+    run(dvc + ["pull", "registry/catalog.duckdb.dvc", "registry/blobs.dvc"], clone, env)
+    verified = json.loads(run(rscale + ["verify", "-r", "registry", "--format", "json"], clone, env))
+    assert len(verified["checked"]) >= 4 and not (verified["corrupt"] or verified["missing"] or verified["extra"])
+    after = json.loads(run(rscale + question, clone, env))
+    assert after["rows"] == before["rows"] and after["query"] == before["query"]

@@ -312,7 +312,7 @@ def test_sensitivity_range_is_stored_and_reported(tmp_path):
     assert (r1["range_low"], r1["range_high"]) == (r1["ci_low"], r1["ci_high"])
 
 
-def test_nested_ci_adds_the_distractor_term(tmp_path):
+def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
     api.register(h, s, reg)
@@ -324,6 +324,45 @@ def test_nested_ci_adds_the_distractor_term(tmp_path):
     assert with_term["value"] == pytest.approx(plain["value"])
     assert with_term["ci_low"] <= plain["ci_low"] + 1e-12 and with_term["ci_high"] >= plain["ci_high"] - 1e-12
     i = dsd["N"].index(1e8)
-    extra = 1.96 * dsd["sd"][i]
+    extra, bias = 1.96 * dsd["sd"][i], 2.0 * abs(dsd["step"][i])
     v = with_term["value"]
-    assert v - with_term["ci_low"] == pytest.approx(np.hypot(v - plain["ci_low"], extra), rel=1e-6)
+    assert bias > 0
+    assert v - with_term["ci_low"] == pytest.approx(np.hypot(v - plain["ci_low"], extra) + bias, rel=1e-6)
+    assert with_term["ci_high"] - v == pytest.approx(np.hypot(plain["ci_high"] - v, extra) + bias, rel=1e-6)
+
+
+def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeypatch):
+    from rscale.store.registry import Registry
+
+    reg_path = tmp_path / "reg"
+    h1, s1 = make_files(tmp_path, seed=0)
+    api.register(h1, s1, reg_path)
+    reg = Registry(reg_path)
+    old = reg.catalog.stat().st_mtime - 60
+    os.utime(reg.catalog, (old, old))                  # a catalog last written a minute ago
+    first = reg.versions()
+    real_connect = Registry.connect
+
+    def refuse(self, write=False, **kw):
+        if not write:
+            raise AssertionError("catalog read although it did not change")
+        return real_connect(self, write=write, **kw)
+
+    monkeypatch.setattr(Registry, "connect", refuse)
+    assert Registry(reg_path).versions() == first       # served from the cache: no connection
+    monkeypatch.setattr(Registry, "connect", real_connect)
+    h2, s2 = make_files(tmp_path, seed=1)
+    api.register(h2, s2, reg_path)                      # the catalog changes: the cache must notice
+    assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
+    # a freshly written catalog is not cached at all (coarse file times)
+    monkeypatch.setattr(Registry, "connect", refuse)
+    with pytest.raises(AssertionError, match="did not change"):
+        Registry(reg_path).versions()
+    monkeypatch.setattr(Registry, "connect", real_connect)
+    # decoded hardness is cached by digest and cannot be modified through the cache
+    v = Registry(reg_path).resolve("sim_gaussian", "v1")[0]
+    a, _ = reg.read_hardness(v)
+    b, _ = reg.read_hardness(v)
+    assert a is b and not a.x.flags.writeable
+    with pytest.raises(ValueError):
+        a.x[0] = 0.5

@@ -141,16 +141,19 @@ def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@10
 
 def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
                   splits: int = 3) -> dict:
-    """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap).
+    """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap)
+    and its convergence step.
 
     The sample is split into two disjoint halves ``splits`` times; each half is re-estimated and
     predicts the measure; the spread of the prediction from the whole sample follows from the
-    half-sample differences (:func:`rscale.core.uncertainty.distractor_spread`).
+    half-sample differences (:func:`rscale.core.uncertainty.distractor_spread`), and the mean
+    half-sample prediction minus the whole sample's is the step that bounds the remaining bias
+    (:func:`rscale.core.uncertainty.reported_interval`).
     """
     from rscale.core.estimators.methods import estimate as run
     from rscale.core.prediction import predict_per_query
     from rscale.core.subsample import split_halves
-    from rscale.core.uncertainty import distractor_spread
+    from rscale.core.uncertainty import convergence_step, distractor_spread
     from rscale.query.measures import Measure
     from rscale.store.sample_stats_file import read_sample_stats
 
@@ -163,8 +166,12 @@ def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1
             e = run(half, method, **kwargs)
             preds.append([predict_per_query(e, m.law_metric, n, m.k).mean() for n in sizes])
     preds = np.asarray(preds)
+    full = run(ss, method, **kwargs)
     sd = [distractor_spread(preds[:, j]) for j in range(len(sizes))]
-    return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd], "splits": splits}
+    step = [convergence_step(preds[:, j], float(predict_per_query(full, m.law_metric, n, m.k).mean()))
+            for j, n in enumerate(sizes)]
+    return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd],
+            "step": [round(float(v), 5) for v in step], "splits": splits}
 
 
 def _method_kwargs(method: str, params: dict) -> dict:

@@ -11,7 +11,6 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     from rscale.core.uncertainty import bootstrap_indices, paired_difference, percentile_ci, query_bootstrap
     from rscale.errors import QuerySyntaxError
     from rscale.query.grammar import parse
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.registry import Registry
 
     q = parse(text)
@@ -26,7 +25,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     rows, warnings, per_query = [], [], {}
     for v in versions:
-        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        est, info = reg.read_hardness(v)
         idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None
         s_max = float(est.n_sampled.max())
         for m in q.measures:
@@ -76,14 +75,18 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
 
 
 def _nested_ci(dsd, measure: str, n: float, value: float, lo: float, hi: float):
-    """Widen a query CI by the distractor-sampling term, combined in quadrature on each side."""
+    """Widen a query CI by the stored distractor-sampling term (quadrature) and convergence step
+    (versions registered before the step was stored get the first only), log-N interpolated."""
+    from rscale.core.uncertainty import reported_interval
+
     if not dsd or "error" in dsd or dsd.get("measure") != measure or np.isnan(lo):
         return lo, hi
     x = np.log10(np.asarray(dsd["N"], dtype=float))
     if not x[0] <= np.log10(n) <= x[-1]:
         return lo, hi
-    extra = 1.96 * float(np.interp(np.log10(n), x, dsd["sd"]))
-    return value - float(np.hypot(value - lo, extra)), value + float(np.hypot(hi - value, extra))
+    sd = float(np.interp(np.log10(n), x, dsd["sd"]))
+    step = float(np.interp(np.log10(n), x, dsd["step"])) if "step" in dsd else 0.0
+    return reported_interval(value, lo, hi, sd, step)
 
 
 def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
@@ -112,7 +115,6 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
     from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
     from rscale.errors import InvalidArgumentError, QuerySyntaxError
     from rscale.query.grammar import parse, parse_size
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.registry import Registry
     from rscale.store.sample_stats_file import read_sample_stats
 
@@ -134,7 +136,7 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt")
     series = []
     for v in versions:
-        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        est, info = reg.read_hardness(v)
         idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
         for m in q.measures:
             vals, los, his = [], [], []

@@ -166,7 +166,6 @@ def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e
     from rscale.core.uncertainty import paired_difference
     from rscale.errors import InvalidArgumentError
     from rscale.query.measures import Measure
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.registry import Registry
 
     reg = Registry.locate(registry)
@@ -175,7 +174,7 @@ def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e
     for name in (a, b):
         base, _, ver = name.partition("@")
         v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
-        est, info = read_hardness(reg.existing_blob(v.hardness, v.ref))
+        est, info = reg.read_hardness(v)
         sides.append((v, est, info))
     (va, ea, ia), (vb, eb, ib) = sides
     qa, qb = ia["query_ids"], ib["query_ids"]

@@ -29,7 +29,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from rscale.errors import NotFoundError, RegistryError
 
@@ -93,6 +96,20 @@ class Version:
     @property
     def series(self) -> tuple[str, str, str, str]:
         return (self.backbone, self.benchmark, self.source, self.estimator)
+
+
+_CATALOG_CACHE: dict[str, tuple[tuple, tuple]] = {}   # catalog path -> (file identity, versions)
+
+
+@lru_cache(maxsize=8)
+def _decoded_hardness(path: str, digest: str):
+    from rscale.store.hardness_file import read_hardness
+
+    est, info = read_hardness(path)
+    for a in [est.x, est.offsets, est.rule, est.n_sampled, est.draws, *est.tail.values(), *info.values()]:
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    return est, info
 
 
 class Registry:
@@ -164,6 +181,11 @@ class Registry:
             raise RegistryError(f"the blob {digest} of {owner or 'this version'} is missing from {self.root}. "
                                 "Run 'rscale verify' and restore it (rscale import BUNDLE, or dvc pull)")
         return p
+
+    def read_hardness(self, v: "Version"):
+        """A version's hardness table, decoded: (HardnessEstimate, info). Cached in process by
+        digest (blobs are immutable, so a cached table is never stale); arrays are read-only."""
+        return _decoded_hardness(str(self.existing_blob(v.hardness, v.ref)), v.hardness)
 
     def _put_blob(self, src) -> tuple[str, bool]:
         """Copy a file into the blob store (atomic, read-only): (digest, whether this call created it)."""
@@ -276,6 +298,30 @@ class Registry:
                        json.loads(summary or "{}"), created, tuple(tags))
 
     def versions(self) -> list[Version]:
+        """Every version with its tags. In-process cache keyed by the catalog's file identity
+        (mtime, size, inode of the file and its WAL): a repeated query in a notebook or server
+        skips opening DuckDB. A catalog modified under 2 s before the read is not cached (file
+        times are coarse: a write in the same tick could leave the key unchanged)."""
+        key = self._catalog_key()
+        hit = _CATALOG_CACHE.get(str(self.catalog))
+        if hit is not None and hit[0] == key:
+            return list(hit[1])
+        out = self._read_versions()
+        if key[0] is not None and all(k is None or time.time_ns() - k[0] > 2_000_000_000 for k in key):
+            _CATALOG_CACHE[str(self.catalog)] = (key, tuple(out))
+        return out
+
+    def _catalog_key(self) -> tuple:
+        parts = []
+        for p in (self.catalog, self.catalog.with_name(self.catalog.name + ".wal")):
+            try:
+                st = p.stat()
+                parts.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except FileNotFoundError:
+                parts.append(None)
+        return tuple(parts)
+
+    def _read_versions(self) -> list[Version]:
         with self.connect() as con:
             rows = con.execute(f"SELECT {self._COLS} FROM versions ORDER BY backbone, benchmark, source, "
                                "estimator, version").fetchall()
