@@ -91,6 +91,12 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     assert main(["query", "mAP@1000 at N=1e8 for sim_bounded@released", "-r", reg, "--format", "json"]) == 0
     ans = json.loads(capsys.readouterr().out)
     assert ans["rows"][0]["version"] == "v1"
+    assert ans["rows"][0]["ci_low"] < ans["rows"][0]["value"] < ans["rows"][0]["ci_high"]
+    assert main(["query", "mAP@1000 at N=1e8 for sim_bounded", "-r", reg, "--format", "json", "--bootstrap", "0"]) == 0
+    point = json.loads(capsys.readouterr().out)["rows"][0]
+    assert point["value"] == ans["rows"][0]["value"] and point["ci_low"] is None      # strict JSON: null
+    assert main(["query", "mAP@1000 at N=1e8 for sim_bounded", "-r", reg, "--bootstrap", "-3"]) == 2
+    assert "--bootstrap -3" in capsys.readouterr().err
     assert main(["query", "mAP@1000 at N=1e8 fro sim_bounded", "-r", reg]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'for'" in err and "^" in err and "Traceback" not in err

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from rscale.core.uncertainty import (
+    bootstrap_indices,
     convergence_step,
     distractor_spread,
     paired_difference,
@@ -79,3 +80,13 @@ def test_convergence_bound_covers_a_bias_decaying_like_inverse_sqrt_s():
     step = convergence_step([0.4 + bias_half], 0.4 + bias_full)
     lo, _ = reported_interval(0.4 + bias_full, 0.4 + bias_full, 0.4 + bias_full, step=step)
     assert lo > 0.4
+
+
+def test_blockwise_bootstrap_equals_materialised_indices():
+    rng = np.random.default_rng(4)
+    v = rng.random((3, 257))
+    for b in (1, 63, 64, 200):
+        idx = bootstrap_indices(257, b, seed=5)
+        assert idx.shape == (b, 257)
+        np.testing.assert_array_equal(query_bootstrap(v, b, seed=5), query_bootstrap(v, idx=idx))
+        np.testing.assert_allclose(query_bootstrap(v[1], b, seed=5), query_bootstrap(v, b, seed=5)[1], rtol=1e-12)

@@ -13,42 +13,31 @@ CLI only parses arguments and prints. Grouped by concern:
 
 from __future__ import annotations
 
-from rscale.api.config import code_version, estimator_from_config, load_config  # noqa: F401
-from rscale.api.demo import DemoRow, demo, describe_sample_stats, pipeline_demo, simulate_sample_stats  # noqa: F401
-from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, estimate, predict  # noqa: F401
-from rscale.api.querying import curve, plot_curve, query  # noqa: F401
-from rscale.api.registry import diff, export, import_, lineage, list_versions, register, report, show, tag, verify  # noqa: F401
-from rscale.api.scoring import extract, make_descriptor_sets, read_qrels, score  # noqa: F401
+import importlib
 
-__all__ = [
-    "DemoRow",
-    "demo",
-    "pipeline_demo",
-    "simulate_sample_stats",
-    "describe_sample_stats",
-    "estimate",
-    "predict",
-    "BUDGET_SIZES",
-    "budget_check",
-    "distractor_sd",
-    "code_version",
-    "load_config",
-    "estimator_from_config",
-    "register",
-    "list_versions",
-    "show",
-    "tag",
-    "verify",
-    "export",
-    "import_",
-    "report",
-    "lineage",
-    "diff",
-    "query",
-    "curve",
-    "plot_curve",
-    "read_qrels",
-    "score",
-    "make_descriptor_sets",
-    "extract",
-]
+# name -> submodule; resolved on first use so `api.query` does not import the simulator,
+# the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
+_HOME = {
+    "config": ("code_version", "estimator_from_config", "load_config"),
+    "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
+    "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict"),
+    "querying": ("curve", "plot_curve", "query"),
+    "registry": ("diff", "export", "import_", "lineage", "list_versions", "register", "report", "show", "tag",
+                 "verify"),
+    "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
+}
+_WHERE = {name: module for module, names in _HOME.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rscale.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rscale.api.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -8,7 +8,7 @@ import numpy as np
 def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """Answer a query from stored hardness: rows of predictions with CIs, plus warnings."""
     from rscale.core.prediction import predict_per_query, resolve_mode
-    from rscale.core.uncertainty import bootstrap_indices, paired_difference, percentile_ci, query_bootstrap
+    from rscale.core.uncertainty import paired_difference, percentile_ci, query_bootstrap
     from rscale.errors import QuerySyntaxError
     from rscale.query.grammar import parse
     from rscale.store.registry import Registry
@@ -26,20 +26,22 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     rows, warnings, per_query = [], [], {}
     for v in versions:
         est, info = reg.read_hardness(v)
-        idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None
         s_max = float(est.n_sampled.max())
-        for m in q.measures:
-            for n in q.sizes:
-                pq = predict_per_query(est, m.law_metric, n, m.k, q.mode)
-                lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
-                lo, hi = _nested_ci(v.summary.get("distractor_sd"), str(m), n, float(pq.mean()), float(lo), float(hi))
-                per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
-                r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
-                rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
-                             "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
-                             "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
-                             "mode": resolve_mode(m.law_metric, q.mode),
-                             "extrapolation": n / s_max})
+        cells = [(m, n) for m in q.measures for n in q.sizes]
+        pqs = np.stack([predict_per_query(est, m.law_metric, n, m.k, q.mode) for m, n in cells])
+        # one pass over the resamples for every measure and size of this version
+        cis = np.stack(percentile_ci(query_bootstrap(pqs, bootstrap, seed), level), axis=1) if bootstrap else None
+        for i, (m, n) in enumerate(cells):
+            pq = pqs[i]
+            lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
+            lo, hi = _nested_ci(v.summary.get("distractor_sd"), str(m), n, float(pq.mean()), float(lo), float(hi))
+            per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
+            r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
+            rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
+                         "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
+                         "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
+                         "mode": resolve_mode(m.law_metric, q.mode),
+                         "extrapolation": n / s_max})
     # ranking resolution between backbones evaluated on the same queries
     for m in q.measures:
         for n in q.sizes:

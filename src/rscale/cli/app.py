@@ -19,6 +19,22 @@ def _console():
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
+def _json(value) -> str:
+    """Strict JSON for machines: NaN / inf (no CI, unbounded) become null, not bare NaN tokens."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(value), indent=2, default=str, allow_nan=False)
+
+
 def _parse_size(text: str) -> float:
     from rscale.core.law import check_n
     t = text.strip().lower().replace("_", "")
@@ -121,7 +137,6 @@ def estimate(
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ):
     """Estimate per-positive hardness from a distractor sample."""
-    import json
 
     from rscale import api
 
@@ -131,7 +146,7 @@ def estimate(
         params = from_file + params
     summary = api.estimate(sample_stats, method, params, out)
     if fmt == "json":
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(_json(summary))
         return
     for key, value in summary.items():
         typer.echo(f"{key}: {value}")
@@ -156,13 +171,12 @@ def predict(
 
 def _print_rows(rows, fmt, columns):
     import csv
-    import json
     import sys
 
     from rscale.errors import InvalidArgumentError
 
     if fmt == "json":
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(_json(rows))
     elif fmt == "csv":
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
         w.writeheader()
@@ -290,16 +304,19 @@ def verify(registry: Optional[Path] = REGISTRY_OPT,
 @app.command()
 def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
           registry: Optional[Path] = REGISTRY_OPT,
-          fmt: str = typer.Option("table", "--format", help="table, json or csv.")):
+          fmt: str = typer.Option("table", "--format", help="table, json or csv."),
+          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the CI (0: values only).")):
     """Answer a query from stored hardness (see the grammar in the README)."""
-    import json
     import sys
 
     from rscale import api
 
-    ans = api.query(text, registry)
+    if bootstrap < 0:
+        from rscale.errors import InvalidArgumentError
+        raise InvalidArgumentError(f"--bootstrap {bootstrap}: give a number of resamples >= 0 (0 = no CI)")
+    ans = api.query(text, registry, bootstrap=bootstrap)
     if fmt == "json":
-        typer.echo(json.dumps(ans, indent=2))
+        typer.echo(_json(ans))
         return
     if fmt == "csv":
         _print_rows(ans["rows"], "csv", [])
@@ -380,13 +397,12 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
          fmt: str = typer.Option("table", "--format", help="table or json."),
          registry: Optional[Path] = REGISTRY_OPT):
     """Per-query metric and per-positive hardness differences between two versions (b - a)."""
-    import json
 
     from rscale import api
 
     out = api.diff(a, b, registry, metric, _parse_size(n), top, benchmark, estimator)
     if fmt == "json":
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(_json(out))
         return
     verdict = "resolved" if out["resolved"] else "NOT resolved (CI contains 0)"
     typer.echo(f"{out['measure']} at N={out['N']:.3g}: a={out['value_a']:.4f} b={out['value_b']:.4f} "
@@ -406,14 +422,13 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
           fmt: str = typer.Option("plot", "--format", help="plot (needs --out), json or csv."),
           registry: Optional[Path] = REGISTRY_OPT):
     """Metric vs N with its CI band and the points measured on the sample."""
-    import json
 
     from rscale import api
     from rscale.errors import InvalidArgumentError
 
     data = api.curve(text, n, points, registry)
     if fmt == "json":
-        typer.echo(json.dumps(data, indent=2))
+        typer.echo(_json(data))
     elif fmt == "csv":
         typer.echo("backbone,version,measure,N,value,ci_low,ci_high")
         for s in data["series"]:
@@ -440,14 +455,13 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
                                                    "(torch on a GPU for large jobs, else numpy)."),
           fmt: str = typer.Option("table", "--format", help="table or json.")):
     """Score descriptors: a uniform sample of the distractors against the queries -> sample stats."""
-    import json
     import sys
 
     from rscale import api
 
     summary = api.score(queries, positives, qrels, distractors, out, fraction, seed, k, backend)
     if fmt == "json":
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(_json(summary))
     else:
         for key, value in summary.items():
             typer.echo(f"{key}: {value}")

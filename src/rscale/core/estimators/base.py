@@ -28,4 +28,11 @@ class HardnessEstimate:
     draws: np.ndarray | None = None   # (P, D) posterior draws of x, when the estimator has them
 
     def hardness(self) -> Hardness:
-        return Hardness.from_flat(self.x, self.offsets)
+        """The law's view (positives sorted within queries). Memoised when ``x`` and ``offsets``
+        are read-only (registry-cached tables): then they cannot change under the memo."""
+        if self.x.flags.writeable or self.offsets.flags.writeable:
+            return Hardness.from_flat(self.x, self.offsets)
+        memo = self.__dict__.get("_hardness")
+        if memo is None:
+            memo = self.__dict__["_hardness"] = Hardness.from_flat(self.x, self.offsets)
+        return memo
