@@ -79,7 +79,7 @@ def main():
     print(f"registry with one version: {ss.n_queries} queries, {ss.n_positives} positives")
     print(f"in process, the law alone (hardness in memory)    {t_law * 1e3:8.1f} ms")
     print(f"in process, first api.query of the process, no CI {t_first * 1e3:8.1f} ms")
-    print(f"in process, api.query, no CI, caches cleared      {t_uncached * 1e3:8.1f} ms")
+    print(f"in process, api.query, no CI, memory caches clear {t_uncached * 1e3:8.1f} ms")
     print(f"in process, api.query, no CI (cached catalog+table){t_point * 1e3:7.1f} ms")
     print(f"in process, api.query (200 bootstrap resamples)   {t_query * 1e3:8.1f} ms")
     print(f"in process, api.query (1000 bootstrap resamples)  {t_query_1000 * 1e3:8.1f} ms")

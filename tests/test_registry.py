@@ -366,3 +366,47 @@ def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeyp
     assert a is b and not a.x.flags.writeable
     with pytest.raises(ValueError):
         a.x[0] = 0.5
+
+
+def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from rscale.store import registry as registry_module
+    from rscale.store.registry import Registry
+
+    reg_path = tmp_path / "reg"
+    h1, s1 = make_files(tmp_path, seed=0)
+    api.register(h1, s1, reg_path)
+    reg = Registry(reg_path)
+    old = reg.catalog.stat().st_mtime - 60
+    os.utime(reg.catalog, (old, old))
+    first = reg.versions()
+    assert reg.snapshot.exists()
+    # a cold process answers from the snapshot without importing duckdb at all
+    code = ("import sys; from rscale import api; "
+            f"rows = api.query('mAP@1000 at N=1e8 for sim_gaussian', {str(reg_path)!r}, bootstrap=0)['rows']; "
+            "print(len(rows), 'duckdb' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "False"]
+    # same process, memory cache cleared: served from the file
+    registry_module._CATALOG_CACHE.clear()
+    monkeypatch.setattr(Registry, "_read_versions", lambda self: pytest.fail("catalog read"))
+    assert Registry(reg_path).versions() == first
+    monkeypatch.undo()
+    # a registration changes the catalog: the snapshot's key no longer matches
+    h2, s2 = make_files(tmp_path, seed=1)
+    api.register(h2, s2, reg_path)
+    registry_module._CATALOG_CACHE.clear()
+    assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
+    # a damaged snapshot is ignored, and a tampered one (matching key) is reported by verify
+    old = reg.catalog.stat().st_mtime - 60
+    os.utime(reg.catalog, (old, old))
+    registry_module._CATALOG_CACHE.clear()
+    reg.snapshot.write_text("{not json")
+    assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
+    assert reg.verify()["corrupt"] == []
+    data = json.loads(reg.snapshot.read_text())
+    data["versions"][0]["hardness"] = "sha256:" + "0" * 64
+    reg.snapshot.write_text(json.dumps(data))
+    assert reg.verify()["corrupt"] == ["catalog.snapshot.json"]

@@ -37,6 +37,7 @@ import numpy as np
 from rscale.errors import NotFoundError, RegistryError
 
 CATALOG_VERSION = 1
+SNAPSHOT_FORMAT = "rscale-catalog-snapshot/1"
 DEFAULT_ROOT = "registry"
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -298,18 +299,53 @@ class Registry:
                        json.loads(summary or "{}"), created, tuple(tags))
 
     def versions(self) -> list[Version]:
-        """Every version with its tags. In-process cache keyed by the catalog's file identity
-        (mtime, size, inode of the file and its WAL): a repeated query in a notebook or server
-        skips opening DuckDB. A catalog modified under 2 s before the read is not cached (file
-        times are coarse: a write in the same tick could leave the key unchanged)."""
+        """Every version with its tags.
+
+        Cached, keyed by the catalog's file identity (mtime, size, inode of the file and its WAL):
+        in memory for this process, and on disk in ``catalog.snapshot.json`` (derived, written
+        atomically, ignored when its key does not match), so a cold ``rscale query`` does not open
+        or even import DuckDB while the catalog is unchanged. A catalog modified under 2 s before
+        the read is never cached: file times are coarse, and a write in the same tick could leave
+        the key unchanged.
+        """
         key = self._catalog_key()
         hit = _CATALOG_CACHE.get(str(self.catalog))
         if hit is not None and hit[0] == key:
             return list(hit[1])
-        out = self._read_versions()
-        if key[0] is not None and all(k is None or time.time_ns() - k[0] > 2_000_000_000 for k in key):
+        out = self._read_snapshot(key)
+        if out is None:
+            out = self._read_versions()
+            if self._stable(key):
+                self._write_snapshot(key, out)
+        if self._stable(key):
             _CATALOG_CACHE[str(self.catalog)] = (key, tuple(out))
         return out
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / "catalog.snapshot.json"
+
+    @staticmethod
+    def _stable(key: tuple) -> bool:
+        return key[0] is not None and all(k is None or time.time_ns() - k[0] > 2_000_000_000 for k in key)
+
+    def _read_snapshot(self, key: tuple) -> list[Version] | None:
+        try:
+            data = json.loads(self.snapshot.read_text())
+            if data.get("format") != SNAPSHOT_FORMAT or data.get("key") != json.loads(json.dumps(key)):
+                return None
+            return [Version(**{**v, "tags": tuple(v["tags"])}) for v in data["versions"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None                                   # absent, stale or damaged: read the catalog
+
+    def _write_snapshot(self, key: tuple, versions: list[Version]) -> None:
+        tmp = self.snapshot.with_name(f".{self.snapshot.name}.tmp-{os.getpid()}-{random.randrange(1 << 30)}")
+        try:
+            tmp.write_text(json.dumps({"format": SNAPSHOT_FORMAT, "key": key,
+                                       "versions": [{**v.__dict__, "tags": list(v.tags)} for v in versions]}))
+            os.replace(tmp, self.snapshot)
+        except OSError:
+            tmp.unlink(missing_ok=True)                   # a read-only registry: no snapshot, still correct
 
     def _catalog_key(self) -> tuple:
         parts = []
@@ -398,6 +434,10 @@ class Registry:
                 report["corrupt"].append(d)
             else:
                 report["checked"].append(d)
+        # the derived catalog snapshot must say what the catalog says whenever its key matches
+        snap = self._read_snapshot(self._catalog_key())
+        if snap is not None and snap != self._read_versions():
+            report["corrupt"].append(self.snapshot.name)
         expected = {self.blob_path(d) for d in known}
         if self.blob_dir.exists():
             for p in sorted(self.blob_dir.rglob("*")):
