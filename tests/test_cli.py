@@ -68,6 +68,15 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert [r["measure"] for r in rows] == ["mAP@1000", "mAP@1000", "R@1", "R@1"]
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
     assert rows[0]["value"] >= rows[1]["value"]  # non-increasing in N
+    # with the sample: the interval rscale query reports, wider than the query CI, same value
+    assert main(["predict", str(h), "--n", "1e8", "--sample", str(ss), "--format", "json"]) == 0
+    wide = json.loads(capsys.readouterr().out)[0]
+    assert wide["ci"] == "query + distractor + convergence" and wide["value"] == rows[1]["value"]
+    assert wide["ci_low"] < rows[1]["ci_low"] and wide["ci_high"] > rows[1]["ci_high"]
+    other = tmp_path / "other.parquet"
+    assert main(["simulate", "sim_gaussian", "-o", str(other), "--s", "1e6", "--k", "500", "--queries", "30"]) == 0
+    assert main(["predict", str(h), "--sample", str(other)]) == 2
+    assert "not the sample of" in capsys.readouterr().err
     assert main(["predict", str(h), "--metric", "nDCG@10"]) == 2
     assert "unknown measure" in capsys.readouterr().err
     assert main(["estimate", str(ss), "-m", "powerlaw"]) == 2

@@ -69,25 +69,43 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
 
 
 def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
-            level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False) -> list[dict]:
-    """Predicted metric values with query-bootstrap CIs from a hardness file."""
+            level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
+            sample_stats=None) -> list[dict]:
+    """Predicted metric values with query-bootstrap CIs from a hardness file.
+
+    With ``sample_stats`` (the sample the hardness was estimated from) the CI is the one
+    ``rscale query`` reports: widened by the distractor-sampling term and the convergence bound
+    (:func:`distractor_sd`; six half-sample re-estimations).
+    """
     from rscale.core.prediction import predict_per_query, resolve_mode
-    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap
+    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap, reported_interval
+    from rscale.errors import InvalidArgumentError
     from rscale.query.measures import Measure
     from rscale.store.hardness_file import read_hardness
+    from rscale.store.sample_stats_file import read_sample_stats
 
     est, info = read_hardness(hardness)
+    ss = None
+    if sample_stats is not None:
+        ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+        if ss.query_ids.shape != info["query_ids"].shape or not (ss.query_ids == info["query_ids"]).all():
+            raise InvalidArgumentError(f"the sample stats {sample_stats} are not the sample of {hardness} (their query "
+                                       "ids differ); pass the file the hardness was estimated from")
     idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
     s_max = float(est.n_sampled.max())
     rows = []
     for m in measures:
         measure = m if isinstance(m, Measure) else Measure.parse(m)
-        for n in sizes:
+        terms = distractor_sd(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
+        for j, n in enumerate(sizes):
             pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
                                    in_pool_counts=info["counts"] if in_pool else None)
             lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
+            if terms is not None:
+                lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j])
             rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
                          "ci_low": float(lo), "ci_high": float(hi), "level": level,
+                         "ci": "query + distractor + convergence" if terms is not None else "query bootstrap",
                          "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
                          "extrapolation": float(n) / s_max,
                          "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})

@@ -160,13 +160,16 @@ def predict(
     mode: Optional[str] = typer.Option(None, help="plugin or expected (default: plugin for mAP/MRR, expected for R/Recall)."),
     in_pool: bool = typer.Option(False, "--in-pool", help="The gallery contains the sample (a fixed pool of size N): "
                                  "condition on the observed counts."),
+    sample: Optional[Path] = typer.Option(None, "--sample", help="The sample stats the hardness came from: "
+                                          "widen the CI as rscale query does (distractor + convergence terms)."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
 ):
-    """Predict metrics at any gallery size from stored hardness, with 95% query-bootstrap CIs."""
+    """Predict metrics at any gallery size from stored hardness, with 95% CIs (query bootstrap;
+    with --sample also the distractor-sampling and convergence terms)."""
     from rscale import api
 
-    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode, in_pool=in_pool)
-    _print_rows(rows, fmt, ["measure", "N", "value", "ci_low", "ci_high", "estimator", "mode", "extrapolation"])
+    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode, in_pool=in_pool, sample_stats=sample)
+    _print_rows(rows, fmt, ["measure", "N", "value", "ci_low", "ci_high", "ci", "estimator", "mode", "extrapolation"])
 
 
 def _print_rows(rows, fmt, columns):
