@@ -49,6 +49,8 @@ ESTIMATORS = [
     ("evt posterior=True (expected)", "evt", {"posterior": True}, "expected"),
     ("evt endpoint=averaged (plugin)", "evt", {"endpoint": "averaged"}, "plugin"),
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
+    ("evt pool_xi=shrink (plugin)", "evt", {"pool_xi": "shrink"}, "plugin"),
+    ("evt pool_xi=full (plugin)", "evt", {"pool_xi": "full"}, "plugin"),
 ]
 
 SCENARIOS = [

@@ -80,3 +80,39 @@ def test_bad_input():
         fit_gpd(np.array([[0.1, np.nan]]))
     with pytest.raises(InvalidArgumentError, match=">= 0"):
         fit_gpd(np.array([[0.1, -0.2, 0.3]]))
+
+
+def test_scale_given_shape_matches_scipy_fit_with_the_shape_fixed():
+    from rscale.core.tailfit import fit_sigma_given_xi
+
+    rng = np.random.default_rng(8)
+    xi = np.array([-0.4, -0.15, -0.02, 0.0])
+    y = stats.genpareto.rvs(xi[:, None], scale=0.04, size=(4, 300), random_state=rng)
+    y[1, 250:] = np.nan                                         # NaN padding: a shorter row
+    sigma = fit_sigma_given_xi(y, xi)
+    for i in range(4):
+        row = y[i][~np.isnan(y[i])]
+        _, _, ref = stats.genpareto.fit(row, f0=xi[i], floc=0)     # a Nelder-Mead optimum
+        assert sigma[i] == pytest.approx(ref, rel=1e-3)
+        ours, theirs = (-stats.genpareto.nnlf((xi[i], 0, s_), row) for s_ in (sigma[i], ref))
+        assert ours >= theirs - 1e-9                            # the exact root is at least as good
+        assert xi[i] * row.max() / sigma[i] > -1                # every excess inside the support
+    with pytest.raises(InvalidArgumentError, match=r"\(-1, 0\]"):
+        fit_sigma_given_xi(y, np.array([-1.2, 0, 0, 0]))
+
+
+def test_pooled_shape_modes():
+    from rscale.core.estimators.evt import pooled_shape
+    from rscale.core.tailfit import fit_gpd
+
+    rng = np.random.default_rng(9)
+    y = stats.genpareto.rvs(-0.2, scale=0.05, size=(300, 60), random_state=rng)
+    fit = fit_gpd(y)
+    full = pooled_shape(y, fit, "full")
+    assert np.all(full.xi == np.median(fit.xi))
+    shrink = pooled_shape(y, fit, "shrink")
+    # one common shape plus noise: shrinkage pulls every query towards the median, never past it
+    d_fit, d_shrink = fit.xi - np.median(fit.xi), shrink.xi - np.median(fit.xi)
+    assert np.all(np.abs(d_shrink) <= np.abs(d_fit) + 1e-12) and np.all(d_shrink * d_fit >= 0)
+    assert np.std(shrink.xi) < 0.7 * np.std(fit.xi)
+    assert np.all(full.loglik <= fit.loglik + 1e-6)              # the per-query MLE is the maximum

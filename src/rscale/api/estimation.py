@@ -121,7 +121,8 @@ def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@10
 
     Re-estimates hardness on nested sub-samples S/8, S/4, S/2 (derived from the sample stats)
     and predicts ``measure`` from each; N is supported when the last doubling (S/2 -> S) moves the
-    prediction by less than query-sampling noise and less than 0.01. The sub-samples keep only the
+    prediction by no more than query-sampling noise (the paper's criterion; the accuracy benchmark
+    shows it does not flag near-duplicate tails at 1-2% samples). The sub-samples keep only the
     matching share of the top-K list, so their tail fits see fewer excesses than a real run at that
     size would: the check errs on the side of warning.
     """

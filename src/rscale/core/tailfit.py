@@ -159,6 +159,28 @@ def fit_gpd(y, xi_min: float = -1.0, xi_max: float = 0.0, grid: int = 48,
     return GPDFit(xi=xi, sigma=sigma, loglik=ll, n=n.astype(np.int64))
 
 
+def fit_sigma_given_xi(y, xi, iterations: int = 80) -> np.ndarray:
+    """Maximum-likelihood scale of each row of excesses ``y`` (Q, n; NaN-padded) for a given shape
+    ``xi`` (Q,) in (-1, 0]: the root of (1 + xi) sum y / (sigma + xi y) = n, found by bisection in
+    log sigma (the left side falls in sigma; for xi < 0, sigma > -xi max y keeps every excess
+    inside the support)."""
+    y = np.atleast_2d(np.asarray(y, dtype=np.float64))
+    xi = np.asarray(xi, dtype=np.float64)
+    if np.any((xi <= -1.0) | (xi > 0.0)):
+        raise InvalidArgumentError("xi must lie in (-1, 0] to fit the scale")
+    valid = ~np.isnan(y)
+    n = valid.sum(axis=1).astype(np.float64)
+    ymax, mean = np.nanmax(y, axis=1), np.nansum(y, axis=1) / n
+    lo = np.maximum(-xi * ymax, 1e-300) * (1.0 + 1e-12)
+    hi = np.maximum(mean * 100.0, lo * 10.0)
+    yy = np.where(valid, y, 0.0)
+    for _ in range(iterations):
+        mid = np.sqrt(lo * hi)
+        g = (1.0 + xi) * np.sum(np.where(valid, yy / (mid[:, None] + xi[:, None] * yy), 0.0), axis=1) - n
+        lo, hi = np.where(g > 0, mid, lo), np.where(g > 0, hi, mid)
+    return np.sqrt(lo * hi)
+
+
 @dataclass(frozen=True)
 class GPDPosterior:
     """Shape-parameter uncertainty of each query's tail: M (xi, sigma) points with weights.
