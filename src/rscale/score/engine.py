@@ -173,7 +173,8 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
 
     After the GEMM, every row's work (threshold filter, top-K buffer, positive counts) touches
     only that row's state and that row's positives, so row blocks are folded on ``threads``
-    threads (default: the CPU count, at most 8); numpy releases the GIL in the heavy steps.
+    threads (default: the CPUs this process may use, at most 8); numpy releases the GIL in the
+    heavy steps.
     """
     chunk = np.ascontiguousarray(chunk, dtype=np.float32)
     if chunk.ndim != 2 or chunk.shape[1] != queries.vectors.shape[1]:
@@ -195,7 +196,10 @@ MIN_ROWS_PER_THREAD = 64
 
 
 def _row_blocks(q: int, threads: int | None) -> list[tuple[int, int]]:
-    n = threads if threads is not None else min(os.cpu_count() or 1, 8)
+    if threads is None:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = min(usable, 8)
+    n = threads
     n = max(1, min(n, q // MIN_ROWS_PER_THREAD))
     edges = np.linspace(0, q, n + 1).astype(int)
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
