@@ -4,9 +4,10 @@ For each simulator family (every tail family, both hardness laws), sample fracti
 (1%, 2%, 5%, 10%), several independent draws each, plus the small-pool regime (a 1M pool sampled
 at 10k / 50k / 100k, the target being the realised metric of that pool): predict mAP@1000 at N
 and compare with the exact realised value. Prints signed error, MAE and the coverage of the 95%
-query-bootstrap CI, and with --write replaces the table in docs/benchmarks.md.
+query-bootstrap CI (and of the interval `rscale query` reports), and with --write replaces the
+table in docs/benchmarks.md. --holdout runs scenarios and seeds kept out of every design choice.
 
-Run: .venv/bin/python benchmarks/accuracy.py [--draws 3] [--quick] [--write]
+Run: .venv/bin/python benchmarks/accuracy.py [--draws 3] [--quick] [--holdout] [--write]
 """
 
 from __future__ import annotations
