@@ -175,3 +175,40 @@ def test_in_pool_is_closer_to_a_small_pools_realised_value():
                      abs(predict_per_query(est, "AP", 1e6, in_pool_counts=ss.pos_counts).mean() - truth)))
     uncond, cond = np.mean(errs, axis=0)
     assert cond < uncond
+
+
+def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
+    # simulated truth: near-duplicate clusters sit far above the bulk, so the few sampled cluster
+    # scores are implausible under a GPD fitted to the bulk's excesses; smooth tails are not flagged
+    from rscale.core.estimators.evt import count_bound, rejected_tails
+
+    share = {}
+    for preset in ("sim_neardup", "sim_gaussian", "sim_bounded"):
+        ss = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=200), seed=0), 1_000_000, k=4000, seed=0)
+        flagged, p = rejected_tails(ss)
+        assert np.all((p >= 0) & (p <= 1))
+        share[preset] = flagged.mean()
+        if preset == "sim_neardup":
+            est = estimate(ss, "evt")
+            alt = count_bound(est, ss, flagged)
+            pq = ss.positive_query()
+            touched = flagged[pq] & np.isin(est.rule, ("tail", "endpoint"))
+            assert touched.any()
+            bound = (ss.pos_counts + 1.0) / ss.n_sampled[pq]
+            np.testing.assert_array_equal(alt.x[touched], np.maximum(est.x[touched], bound[touched]))
+            np.testing.assert_array_equal(alt.x[~touched], est.x[~touched])
+    assert share["sim_neardup"] > 0.3
+    assert share["sim_gaussian"] <= 0.02 and share["sim_bounded"] <= 0.02
+
+
+def test_tail_check_only_for_tail_estimators():
+    from rscale import api
+
+    ss = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=100), seed=1), 1_000_000, k=4000, seed=1)
+    assert api.tail_check(ss, "count", {}) is None
+    check = api.tail_check(ss, "evt", {}, sizes=(1e6, 1e8))
+    assert check["rejected_share"] > 0.2 and len(check["alternative"]) == 2
+    # the count bound can only make rejected positives harder: the alternative metric is lower
+    from rscale.core.prediction import predict_per_query
+    value = predict_per_query(estimate(ss, "evt"), "AP", 1e8, 1000).mean()
+    assert check["alternative"][1] < value

@@ -410,3 +410,20 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     data["versions"][0]["hardness"] = "sha256:" + "0" * 64
     reg.snapshot.write_text(json.dumps(data))
     assert reg.verify()["corrupt"] == ["catalog.snapshot.json"]
+
+
+def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
+    bench = sim.simulate(replace(PRESETS["sim_neardup"], n_queries=80), seed=2)
+    ss = sim.sample(bench, 1_000_000, k=4000, seed=2)
+    s_path = write_sample_stats(ss, tmp_path / "nd.ss.parquet")
+    h_path = tmp_path / "nd.parquet"
+    write_hardness(estimate(ss, "evt"), ss, h_path)
+    reg = tmp_path / "reg"
+    api.register(h_path, s_path, reg)
+    check = api.show("sim_neardup", reg).summary["tail_check"]
+    assert check["rejected_share"] >= 0.05
+    ans = api.query("mAP@1000 at N=1e8 for sim_neardup", reg)
+    row = ans["rows"][0]
+    alt = check["alternative"][check["N"].index(1e8)]
+    assert alt < row["value"] and row["ci_low"] <= alt        # the interval reaches the count bound
+    assert any("fitted tail of" in w and "rejected" in w for w in ans["warnings"])

@@ -20,7 +20,7 @@ import importlib
 _HOME = {
     "config": ("code_version", "estimator_from_config", "load_config"),
     "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
-    "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict"),
+    "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "import_", "lineage", "list_versions", "register", "report", "show", "tag",
                  "verify"),

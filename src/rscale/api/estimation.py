@@ -97,15 +97,18 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     for m in measures:
         measure = m if isinstance(m, Measure) else Measure.parse(m)
         terms = distractor_sd(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
+        check = tail_check(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
         for j, n in enumerate(sizes):
             pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
                                    in_pool_counts=info["counts"] if in_pool else None)
             lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
             if terms is not None:
-                lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j])
+                lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
+                                           alternative=None if check is None else check["alternative"][j])
             rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
                          "ci_low": float(lo), "ci_high": float(hi), "level": level,
-                         "ci": "query + distractor + convergence" if terms is not None else "query bootstrap",
+                         "ci": "query + distractor + convergence + rejected tails" if terms is not None
+                         else "query bootstrap",
                          "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
                          "extrapolation": float(n) / s_max,
                          "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
@@ -191,6 +194,30 @@ def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1
             for j, n in enumerate(sizes)]
     return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd],
             "step": [round(float(v), 5) for v in step], "splits": splits}
+
+
+def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+               level: float = 0.01) -> dict | None:
+    """Which queries' fitted tails their own largest sampled excess rejects (evt methods only),
+    and the prediction with those tails' positives at their count bound (c + 1) / S: the other
+    end of the interval for such queries (:func:`rscale.core.estimators.evt.rejected_tails`)."""
+    if method not in ("evt", "evt-paper"):
+        return None
+    from rscale.core.estimators.evt import DEFAULT, PAPER, count_bound, rejected_tails
+    from rscale.core.estimators.methods import _evt_config
+    from rscale.core.estimators.methods import estimate as run
+    from rscale.core.prediction import predict_per_query
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    m = Measure.parse(measure)
+    kwargs = _method_kwargs(method, params)
+    config = PAPER if method == "evt-paper" else _evt_config(DEFAULT, kwargs)
+    flagged, _ = rejected_tails(ss, config, level)
+    alt = count_bound(run(ss, method, **kwargs), ss, flagged)
+    return {"measure": str(m), "N": list(sizes), "level": level, "rejected_share": round(float(flagged.mean()), 4),
+            "alternative": [round(float(predict_per_query(alt, m.law_metric, n, m.k).mean()), 5) for n in sizes]}
 
 
 def _method_kwargs(method: str, params: dict) -> dict:

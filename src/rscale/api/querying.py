@@ -34,7 +34,8 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
         for i, (m, n) in enumerate(cells):
             pq = pqs[i]
             lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
-            lo, hi = _nested_ci(v.summary.get("distractor_sd"), str(m), n, float(pq.mean()), float(lo), float(hi))
+            lo, hi = _nested_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
+                                float(pq.mean()), float(lo), float(hi))
             per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
             r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
@@ -56,6 +57,12 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
                     warnings.append(f"{m} at N={n:g}: {a['backbone']} vs {b['backbone']} differ by {d.value:+.4f}, "
                                     f"within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): not ranked")
     for v in versions:
+        check = v.summary.get("tail_check")
+        if check and check.get("rejected_share", 0.0) >= REJECTED_WARN:
+            warnings.append(
+                f"{v.backbone}: the fitted tail of {check['rejected_share']:.0%} of queries is rejected by their own "
+                f"largest sampled score (p < {check['level']:g}; near-duplicate clusters?): the interval spans the "
+                "count bound for them, and a larger sample would narrow it")
         budget = v.summary.get("budget")
         if not budget or "error" in budget:
             continue
@@ -76,19 +83,29 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
 
 
-def _nested_ci(dsd, measure: str, n: float, value: float, lo: float, hi: float):
-    """Widen a query CI by the stored distractor-sampling term (quadrature) and convergence step
-    (versions registered before the step was stored get the first only), log-N interpolated."""
+REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
+
+
+def _nested_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi: float):
+    """Widen a query CI by the stored distractor-sampling term (quadrature), convergence step and
+    rejected-tail alternative (versions registered before a term was stored go without it),
+    log-N interpolated within the stored sizes."""
     from rscale.core.uncertainty import reported_interval
 
-    if not dsd or "error" in dsd or dsd.get("measure") != measure or np.isnan(lo):
+    def at(entry, key):
+        if not entry or "error" in entry or entry.get("measure") != measure or key not in entry:
+            return None
+        x = np.log10(np.asarray(entry["N"], dtype=float))
+        if not x[0] <= np.log10(n) <= x[-1]:
+            return None
+        return float(np.interp(np.log10(n), x, entry[key]))
+
+    if np.isnan(lo):
         return lo, hi
-    x = np.log10(np.asarray(dsd["N"], dtype=float))
-    if not x[0] <= np.log10(n) <= x[-1]:
+    sd, step, alt = at(dsd, "sd"), at(dsd, "step"), at(check, "alternative")
+    if sd is None and alt is None:
         return lo, hi
-    sd = float(np.interp(np.log10(n), x, dsd["sd"]))
-    step = float(np.interp(np.log10(n), x, dsd["step"])) if "step" in dsd else 0.0
-    return reported_interval(value, lo, hi, sd, step)
+    return reported_interval(value, lo, hi, sd or 0.0, step or 0.0, alternative=alt)
 
 
 def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):

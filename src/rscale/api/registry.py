@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from rscale.api.config import code_version
-from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd
+from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tail_check
 from rscale.api.querying import query
 
 
@@ -49,6 +49,9 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
             summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
         except RscaleError as exc:
             summary["distractor_sd"] = {"error": str(exc)}
+        check = tail_check(sample_stats, est.method, est.params)
+        if check is not None:
+            summary["tail_check"] = check
     reg = Registry.locate(registry)
     version, created = reg.register(
         backbone=backbone or meta.get("backbone") or "unnamed",

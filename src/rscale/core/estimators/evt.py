@@ -184,6 +184,37 @@ def pooled_shape(exc: np.ndarray, fit, mode: str):
     return GPDFit(xi=xi, sigma=sigma, loglik=gpd_loglik(exc, xi, sigma), n=fit.n)
 
 
+def rejected_tails(ss: SampleStats, config: EVTConfig = DEFAULT, level: float = 0.01):
+    """Per query: is the fitted tail rejected by its own largest sampled excess?
+
+    p = P(max of n_u GPD excesses >= the largest observed) under the query's fit; p < ``level``
+    flags a tail the GPD cannot describe (typically a near-duplicate cluster far above the
+    threshold, seen as a few outlying scores). Returns (flags (Q,) bool, p (Q,)).
+    """
+    config.check()
+    u, exc = tail_threshold(ss.top_scores, min(config.k_top, ss.k), config.q)
+    fit = fit_gpd(exc, xi_min=config.xi_min)
+    if config.pool_xi != "none":
+        fit = pooled_shape(exc, fit, config.pool_xi)
+    n_u = np.sum(~np.isnan(exc), axis=1)
+    sf = np.exp(gpd_logsf(np.nanmax(exc, axis=1), fit.xi, fit.sigma))
+    p = -np.expm1(n_u * np.log1p(-np.minimum(sf, 1.0 - 1e-16)))
+    return p < level, p
+
+
+def count_bound(est: HardnessEstimate, ss: SampleStats, flagged: np.ndarray) -> HardnessEstimate:
+    """The other end of the uncertainty where a query's tail is rejected: every positive of a
+    flagged query whose hardness came from the tail gets at least (c + 1) / S, the conventional
+    upper-side count estimate (a cluster the sample barely saw may hold many more near
+    duplicates than the fitted tail allows). Other positives keep their estimate."""
+    pq = ss.positive_query()
+    from_tail = np.isin(est.rule, ("tail", "endpoint"))
+    bound = (ss.pos_counts + 1.0) / ss.n_sampled[pq]
+    x = np.where(flagged[pq] & from_tail, np.maximum(est.x, bound), est.x)
+    return HardnessEstimate(method=est.method, x=x, offsets=est.offsets, rule=est.rule,
+                            n_sampled=est.n_sampled, params=est.params, tail=est.tail)
+
+
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(16)
 
 
