@@ -61,6 +61,9 @@ def test_reported_interval_widens_by_quadrature_then_by_the_convergence_bound():
     lo, hi = reported_interval(0.31, 0.28, 0.35, distractor_sd=0.01, step=step)
     assert lo == pytest.approx(0.31 - np.hypot(0.03, 0.0196) - 0.04)
     assert hi == pytest.approx(0.31 + np.hypot(0.04, 0.0196) + 0.04)
+    # metrics live in [0, 1]: the widened interval is clipped there
+    assert reported_interval(0.02, 0.01, 0.03, step=0.05) == pytest.approx((0.0, 0.13))
+    assert reported_interval(0.99, 0.985, 0.995, step=0.01)[1] == 1.0
     # no terms: the CI itself; the step's sign does not matter
     assert reported_interval(0.31, 0.28, 0.35) == pytest.approx((0.28, 0.35))
     assert reported_interval(0.31, 0.28, 0.35, step=-0.02) == pytest.approx(reported_interval(0.31, 0.28, 0.35, step=0.02))

@@ -144,4 +144,4 @@ def reported_interval(value: float, lo: float, hi: float, distractor_sd: float =
                 value + float(np.hypot(hi - value, z * distractor_sd)) + bias)
     if alternative is not None and np.isfinite(alternative):
         lo_, hi_ = min(lo_, float(alternative)), max(hi_, float(alternative))
-    return lo_, hi_
+    return max(lo_, 0.0), min(hi_, 1.0)          # every metric rscale predicts lies in [0, 1]
