@@ -26,11 +26,13 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given.
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
-    shape, seconds, files written.
+    shape, share of queries whose fitted tail their own largest score rejects (evt methods),
+    seconds, files written.
     """
     import time
 
     from rscale.core.estimators.base import HardnessEstimate
+    from rscale.core.estimators.evt import DEFAULT as DEFAULT_EVT
     from rscale.core.estimators.evt import rule_shares
     from rscale.core.estimators.methods import HARDNESS_METHODS
     from rscale.core.estimators.methods import estimate as run
@@ -65,6 +67,12 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
                "written": written}
     if "xi" in est.tail:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
+    if method in ("evt", "evt-paper"):
+        from rscale.core.estimators.evt import PAPER, rejected_tails
+        from rscale.core.estimators.methods import _evt_config
+
+        config = PAPER if method == "evt-paper" else _evt_config(DEFAULT_EVT, kwargs)
+        summary["rejected_tail_share"] = round(float(rejected_tails(ss, config)[0].mean()), 4)
     return summary
 
 
