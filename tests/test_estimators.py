@@ -185,11 +185,11 @@ def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
     share = {}
     for preset in ("sim_neardup", "sim_gaussian", "sim_bounded"):
         ss = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=200), seed=0), 1_000_000, k=4000, seed=0)
-        flagged, p = rejected_tails(ss)
+        est = estimate(ss, "evt")
+        flagged, p = rejected_tails(est, ss)
         assert np.all((p >= 0) & (p <= 1))
         share[preset] = flagged.mean()
         if preset == "sim_neardup":
-            est = estimate(ss, "evt")
             alt = count_bound(est, ss, flagged)
             pq = ss.positive_query()
             touched = flagged[pq] & np.isin(est.rule, ("tail", "endpoint"))
@@ -199,6 +199,8 @@ def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
             np.testing.assert_array_equal(alt.x[~touched], est.x[~touched])
     assert share["sim_neardup"] > 0.3
     assert share["sim_gaussian"] <= 0.02 and share["sim_bounded"] <= 0.02
+    with pytest.raises(InvalidArgumentError, match="no fitted tails"):
+        rejected_tails(estimate(ss, "count"), ss)
 
 
 def test_tail_check_only_for_tail_estimators():

@@ -32,7 +32,6 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     import time
 
     from rscale.core.estimators.base import HardnessEstimate
-    from rscale.core.estimators.evt import DEFAULT as DEFAULT_EVT
     from rscale.core.estimators.evt import rule_shares
     from rscale.core.estimators.methods import HARDNESS_METHODS
     from rscale.core.estimators.methods import estimate as run
@@ -68,11 +67,8 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     if "xi" in est.tail:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
     if method in ("evt", "evt-paper"):
-        from rscale.core.estimators.evt import PAPER, rejected_tails
-        from rscale.core.estimators.methods import _evt_config
-
-        config = PAPER if method == "evt-paper" else _evt_config(DEFAULT_EVT, kwargs)
-        summary["rejected_tail_share"] = round(float(rejected_tails(ss, config)[0].mean()), 4)
+        from rscale.core.estimators.evt import rejected_tails
+        summary["rejected_tail_share"] = round(float(rejected_tails(est, ss)[0].mean()), 4)
     return summary
 
 
@@ -211,8 +207,7 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
     end of the interval for such queries (:func:`rscale.core.estimators.evt.rejected_tails`)."""
     if method not in ("evt", "evt-paper"):
         return None
-    from rscale.core.estimators.evt import DEFAULT, PAPER, count_bound, rejected_tails
-    from rscale.core.estimators.methods import _evt_config
+    from rscale.core.estimators.evt import count_bound, rejected_tails
     from rscale.core.estimators.methods import estimate as run
     from rscale.core.prediction import predict_per_query
     from rscale.query.measures import Measure
@@ -221,9 +216,9 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
     ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
     m = Measure.parse(measure)
     kwargs = _method_kwargs(method, params)
-    config = PAPER if method == "evt-paper" else _evt_config(DEFAULT, kwargs)
-    flagged, _ = rejected_tails(ss, config, level)
-    alt = count_bound(run(ss, method, **kwargs), ss, flagged)
+    est = run(ss, method, **kwargs)
+    flagged, _ = rejected_tails(est, ss, level)
+    alt = count_bound(est, ss, flagged)
     return {"measure": str(m), "N": list(sizes), "level": level, "rejected_share": round(float(flagged.mean()), 4),
             "alternative": [round(float(predict_per_query(alt, m.law_metric, n, m.k).mean()), 5) for n in sizes]}
 

@@ -34,7 +34,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
         for i, (m, n) in enumerate(cells):
             pq = pqs[i]
             lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
-            lo, hi = _nested_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
+            lo, hi = _reported_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
                                 float(pq.mean()), float(lo), float(hi))
             per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
             r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
@@ -86,7 +86,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
 
 
-def _nested_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi: float):
+def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi: float):
     """Widen a query CI by the stored distractor-sampling term (quadrature), convergence step and
     rejected-tail alternative (versions registered before a term was stored go without it),
     log-N interpolated within the stored sizes."""

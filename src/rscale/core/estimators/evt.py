@@ -184,21 +184,20 @@ def pooled_shape(exc: np.ndarray, fit, mode: str):
     return GPDFit(xi=xi, sigma=sigma, loglik=gpd_loglik(exc, xi, sigma), n=fit.n)
 
 
-def rejected_tails(ss: SampleStats, config: EVTConfig = DEFAULT, level: float = 0.01):
+def rejected_tails(est: HardnessEstimate, ss: SampleStats, level: float = 0.01):
     """Per query: is the fitted tail rejected by its own largest sampled excess?
 
-    p = P(max of n_u GPD excesses >= the largest observed) under the query's fit; p < ``level``
-    flags a tail the GPD cannot describe (typically a near-duplicate cluster far above the
-    threshold, seen as a few outlying scores). Returns (flags (Q,) bool, p (Q,)).
+    p = P(max of n_u GPD excesses >= the largest observed) under the query's fit (the one stored
+    in ``est.tail`` by the evt estimators); p < ``level`` flags a tail the GPD cannot describe
+    (typically a near-duplicate cluster far above the threshold, seen as a few outlying scores).
+    Returns (flags (Q,) bool, p (Q,)).
     """
-    config.check()
-    u, exc = tail_threshold(ss.top_scores, min(config.k_top, ss.k), config.q)
-    fit = fit_gpd(exc, xi_min=config.xi_min)
-    if config.pool_xi != "none":
-        fit = pooled_shape(exc, fit, config.pool_xi)
-    n_u = np.sum(~np.isnan(exc), axis=1)
-    sf = np.exp(gpd_logsf(np.nanmax(exc, axis=1), fit.xi, fit.sigma))
-    p = -np.expm1(n_u * np.log1p(-np.minimum(sf, 1.0 - 1e-16)))
+    t = est.tail
+    if not {"u", "n_u", "xi", "sigma"} <= set(t):
+        raise InvalidArgumentError(f"a {est.method} estimate has no fitted tails to check; use evt or evt-paper")
+    y_max = ss.top_scores[:, 0] - t["u"]
+    sf = np.exp(gpd_logsf(y_max, t["xi"], t["sigma"]))
+    p = -np.expm1(t["n_u"] * np.log1p(-np.minimum(sf, 1.0 - 1e-16)))
     return p < level, p
 
 
