@@ -79,7 +79,8 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
 
     With ``sample_stats`` (the sample the hardness was estimated from) the CI is the one
     ``rscale query`` reports: widened by the distractor-sampling term and the convergence bound
-    (:func:`distractor_sd`; six half-sample re-estimations).
+    (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the rejected-tail
+    alternative (:func:`tail_check`).
     """
     from rscale.core.prediction import predict_per_query, resolve_mode
     from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap, reported_interval

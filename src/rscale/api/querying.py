@@ -35,7 +35,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
             pq = pqs[i]
             lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
             lo, hi = _reported_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
-                                float(pq.mean()), float(lo), float(hi))
+                                  float(pq.mean()), float(lo), float(hi))
             per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
             r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
