@@ -72,7 +72,7 @@ def test_estimate_then_predict(tmp_path, capsys):
     # with the sample: the interval rscale query reports, wider than the query CI, same value
     assert main(["predict", str(h), "--n", "1e8", "--sample", str(ss), "--format", "json"]) == 0
     wide = json.loads(capsys.readouterr().out)[0]
-    assert wide["ci"] == "query + distractor + convergence + rejected tails" and wide["value"] == rows[1]["value"]
+    assert wide["ci"] == "query + distractor + convergence + tail-model alternatives" and wide["value"] == rows[1]["value"]
     assert wide["ci_low"] < rows[1]["ci_low"] and wide["ci_high"] > rows[1]["ci_high"]
     other = tmp_path / "other.parquet"
     assert main(["simulate", "sim_gaussian", "-o", str(other), "--s", "1e6", "--k", "500", "--queries", "30"]) == 0

@@ -82,7 +82,7 @@ def test_estimators_beat_evaluate_at_s_against_truth(simulated):
     count = predict(estimate(ss, "count"), "AP", n, mode="plugin")
     paper = predict(estimate(ss, "evt-paper"), "AP", n, mode="plugin")
     default = predict(estimate(ss, "evt"), "AP", n)
-    posterior = predict(estimate(ss, "evt", posterior=True), "AP", n)
+    posterior = predict(estimate(ss, "evt", posterior=True, pool_xi="none"), "AP", n)
     assert abs(posterior - truth) < 0.6 * (count - truth)
     assert naive - truth > 0.05                          # optimistic baseline
     assert count - truth > 0.02                          # cannot see below 1/S
@@ -101,7 +101,7 @@ def test_tail_hardness_tracks_truth(simulated):
 
 def test_prediction_averages_draws(simulated):
     _, ss = simulated
-    est = estimate(ss, "evt", posterior=True)
+    est = estimate(ss, "evt", posterior=True, pool_xi="none")
     by_hand = np.mean([law.per_query(law.Hardness.from_flat(est.draws[:, d], est.offsets), "AP", 1e8, 1000, "expected")
                        for d in range(est.draws.shape[1])], axis=0)
     np.testing.assert_allclose(predict_per_query(est, "AP", 1e8, mode="expected"), by_hand)
@@ -203,6 +203,27 @@ def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
         rejected_tails(estimate(ss, "count"), ss)
 
 
+def test_default_averages_own_and_shared_tail_models():
+    # the default's tail hardness is the equal-weight average of the per-query-shape and the
+    # shrunk-shape survivals (a 50/50 mixture of the two tail models); counts are untouched
+    ss = sim.sample(sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=150), seed=3), 1_000_000, k=4000, seed=3)
+    avg = estimate(ss, "evt")
+    own, shared = estimate(ss, "evt", pool_xi="none"), estimate(ss, "evt", pool_xi="shrink")
+    assert avg.params["pool_xi"] == "average"
+    tail = np.isin(avg.rule, ("tail", "endpoint")) & np.isin(own.rule, ("tail", "endpoint"))
+    tail &= np.isin(shared.rule, ("tail", "endpoint"))
+    assert tail.sum() > 100
+    np.testing.assert_allclose(avg.x[tail], 0.5 * (own.x[tail] + shared.x[tail]), rtol=1e-12, atol=1e-300)
+    counted = avg.rule == "count"
+    np.testing.assert_array_equal(avg.x[counted], own.x[counted])
+    # endpoint: only where both models put the positive beyond their support
+    assert np.all((avg.rule == "endpoint") == ((own.x == 0) & (shared.x == 0) & tail))
+    np.testing.assert_array_equal(avg.tail["xi"], own.tail["xi"])
+    np.testing.assert_array_equal(avg.tail["xi_shared"], shared.tail["xi"])
+    with pytest.raises(InvalidArgumentError, match="posterior=True set pool_xi"):
+        estimate(ss, "evt", posterior=True)
+
+
 def test_tail_check_only_for_tail_estimators():
     from rscale import api
 
@@ -214,3 +235,15 @@ def test_tail_check_only_for_tail_estimators():
     from rscale.core.prediction import predict_per_query
     value = predict_per_query(estimate(ss, "evt"), "AP", 1e8, 1000).mean()
     assert check["alternative"][1] < value
+    own = predict_per_query(estimate(ss, "evt", pool_xi="none"), "AP", 1e8, 1000).mean()
+    assert check["own_shape"][1] == pytest.approx(own, abs=1e-5)
+    # the shared-shape end: the same sample with the GPD shape pooled across queries
+    pooled = predict_per_query(estimate(ss, "evt", pool_xi="shrink"), "AP", 1e8, 1000).mean()
+    assert check["shared_shape"][1] == pytest.approx(pooled, abs=1e-5)
+    assert abs(check["shared_shape"][1] - own) > 1e-3          # a different tail model, not a copy
+    # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
+    paper = api.tail_check(ss, "evt-paper", {}, sizes=(1e8,))
+    pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink"), "AP", 1e8, 1000).mean()
+    assert paper["shared_shape"][0] == pytest.approx(pooled_paper, abs=1e-5) and "own_shape" not in paper
+    # an estimate that already pools shapes has no shared-shape alternative of its own
+    assert "shared_shape" not in api.tail_check(ss, "evt", {"pool_xi": "full"}, sizes=(1e8,))

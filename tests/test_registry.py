@@ -426,4 +426,6 @@ def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
     row = ans["rows"][0]
     alt = check["alternative"][check["N"].index(1e8)]
     assert alt < row["value"] and row["ci_low"] <= alt        # the interval reaches the count bound
+    shared = check["shared_shape"][check["N"].index(1e8)]
+    assert row["ci_low"] <= shared <= row["ci_high"]           # and the shared-shape prediction
     assert any("fitted tail of" in w and "rejected" in w for w in ans["warnings"])

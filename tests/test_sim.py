@@ -56,6 +56,20 @@ def test_neardup_is_the_mixture():
         np.testing.assert_allclose(law_.sf(s, np.full(30, q)), ref, rtol=1e-9)
 
 
+@pytest.mark.parametrize("family", ["scalemix", "shoulder"])
+def test_mixture_families_against_scipy(family):
+    law_ = score_laws.draw_laws(family, 4, np.random.default_rng(6))
+    assert np.allclose(law_.w.sum(axis=1), 1.0)
+    s = np.linspace(0.0, 0.8, 40)
+    for q in range(4):
+        ref = sum(w * stats.norm.sf(s, m, sd) for w, m, sd in zip(law_.w[q], law_.mu[q], law_.sigma[q]))
+        np.testing.assert_allclose(law_.sf(s, np.full(40, q)), ref, rtol=1e-9)
+    # the scale mixture is heavier than its own first component far out
+    if family == "scalemix":
+        far = law_.isf(np.full(4, 1e-10), np.arange(4))
+        assert np.all(far > law_.mu[:, 0] + law_.sigma[:, 0] * stats.norm.isf(1e-10))
+
+
 @pytest.mark.parametrize("family", score_laws.FAMILIES)
 def test_top_order_statistics_match_bruteforce(family):
     # The K-th largest of S draws, drawn as order statistics, against materialised samples.
@@ -73,6 +87,9 @@ def test_top_order_statistics_match_bruteforce(family):
     if family == "neardup":  # materialise the mixture by drawing each score's component
         from_cluster = rng.random(u.shape) < one.w[0]
         draws = np.where(from_cluster, one.cluster.isf(u, qm), one.bulk.isf(u, qm))
+    elif isinstance(one, score_laws.MixtureLaw):
+        comp = (rng.random(u.shape)[..., None] > np.cumsum(one.w[0])[:-1]).sum(axis=-1)
+        draws = one.mu[0][comp] + one.sigma[0][comp] * rng.standard_normal(u.shape)
     else:
         draws = one.isf(u, qm)
     brute = -np.sort(-draws, axis=1)[:, :k]

@@ -69,6 +69,16 @@ def test_reported_interval_widens_by_quadrature_then_by_the_convergence_bound():
     assert reported_interval(0.31, 0.28, 0.35, step=-0.02) == pytest.approx(reported_interval(0.31, 0.28, 0.35, step=0.02))
 
 
+def test_reported_interval_stretches_to_each_alternative():
+    base = reported_interval(0.5, 0.48, 0.52, distractor_sd=0.005)
+    assert reported_interval(0.5, 0.48, 0.52, distractor_sd=0.005, alternatives=(0.51, None)) == base
+    lo, hi = reported_interval(0.5, 0.48, 0.52, distractor_sd=0.005, alternatives=(0.40, 0.58))
+    assert (lo, hi) == pytest.approx((0.40, 0.58))
+    lo, hi = reported_interval(0.5, 0.48, 0.52, alternatives=(float("nan"), 0.45, None))
+    assert (lo, hi) == pytest.approx((0.45, 0.52))
+    assert reported_interval(0.5, 0.48, 0.52, alternatives=(1.3,))[1] == 1.0   # still clipped to [0, 1]
+
+
 def test_convergence_bound_covers_a_bias_decaying_like_inverse_sqrt_s():
     # simulated truth: a prediction whose bias decays as c S^-beta (half-samples carry 2^beta times
     # the bias); the bound 2 |step| covers the remaining bias for decay rates beta >= 0.58

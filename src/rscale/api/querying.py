@@ -90,6 +90,7 @@ def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi
     """Widen a query CI by the stored distractor-sampling term (quadrature), convergence step and
     rejected-tail alternative (versions registered before a term was stored go without it),
     log-N interpolated within the stored sizes."""
+    from rscale.api.estimation import ALTERNATIVES
     from rscale.core.uncertainty import reported_interval
 
     def at(entry, key):
@@ -102,10 +103,11 @@ def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi
 
     if np.isnan(lo):
         return lo, hi
-    sd, step, alt = at(dsd, "sd"), at(dsd, "step"), at(check, "alternative")
-    if sd is None and alt is None:
+    sd, step = at(dsd, "sd"), at(dsd, "step")
+    alts = [at(check, key) for key in ALTERNATIVES]
+    if sd is None and all(a is None for a in alts):
         return lo, hi
-    return reported_interval(value, lo, hi, sd or 0.0, step or 0.0, alternative=alt)
+    return reported_interval(value, lo, hi, sd or 0.0, step or 0.0, alternatives=alts)
 
 
 def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):

@@ -161,11 +161,12 @@ def predict(
     in_pool: bool = typer.Option(False, "--in-pool", help="The gallery contains the sample (a fixed pool of size N): "
                                  "condition on the observed counts."),
     sample: Optional[Path] = typer.Option(None, "--sample", help="The sample stats the hardness came from: "
-                                          "widen the CI as rscale query does (distractor + convergence terms)."),
+                                          "widen the CI as rscale query does (distractor, convergence and "
+                                          "tail-model terms)."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
 ):
     """Predict metrics at any gallery size from stored hardness, with 95% CIs (query bootstrap;
-    with --sample also the distractor-sampling and convergence terms)."""
+    with --sample also the distractor-sampling, convergence and tail-model terms)."""
     from rscale import api
 
     rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode, in_pool=in_pool, sample_stats=sample)

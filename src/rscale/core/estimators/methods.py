@@ -28,6 +28,11 @@ def _evt_config(base: EVTConfig, params: dict) -> EVTConfig:
     return replace(base, **params)
 
 
+def evt_config(params: dict) -> EVTConfig:
+    """The configuration method ``evt`` runs with these parameters (its defaults overridden)."""
+    return _evt_config(DEFAULT, params)
+
+
 def estimate(ss, method: str = DEFAULT_METHOD, **params):
     """Run the named estimator on sample stats. ``params`` override its defaults."""
     if method == "evt":
