@@ -224,6 +224,27 @@ def test_default_averages_own_and_shared_tail_models():
         estimate(ss, "evt", posterior=True)
 
 
+def test_heavy_shapes_bracket_the_truth_on_a_scale_mixture():
+    # a scale mixture of Normals decays more slowly than any bounded GPD over the sampled decades:
+    # the bounded fits pile up at xi = 0 and over-predict; lifting the cap lets most shapes go
+    # positive and the prediction falls below the truth: the two bracket it (the interval's reason)
+    from rscale.sim.benchmark import HardnessLaw, SimSpec
+
+    spec = SimSpec(name="t", family="scalemix", n_queries=300,
+                   hardness=HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.02))
+    bench = sim.simulate(spec, seed=2)
+    ss = sim.sample(bench, 1_000_000, k=4000, seed=2)
+    truth = sim.truth(bench, ss, 1e8, "AP", 1000, seed=2).mean()
+    bounded = estimate(ss, "evt", pool_xi="none")
+    heavy = estimate(ss, "evt", pool_xi="none", xi_max=0.5)
+    assert np.median(bounded.tail["xi"]) == 0.0 and np.mean(heavy.tail["xi"] > 0) > 0.5
+    assert np.all(heavy.tail["xi"] <= 0.5)
+    p_b, p_h = (predict_per_query(e, "AP", 1e8, 1000).mean() for e in (bounded, heavy))
+    assert p_h < truth < p_b
+    with pytest.raises(InvalidArgumentError, match="xi_max"):
+        estimate(ss, "evt", xi_max=2.0)
+
+
 def test_tail_check_only_for_tail_estimators():
     from rscale import api
 
@@ -241,6 +262,8 @@ def test_tail_check_only_for_tail_estimators():
     pooled = predict_per_query(estimate(ss, "evt", pool_xi="shrink"), "AP", 1e8, 1000).mean()
     assert check["shared_shape"][1] == pytest.approx(pooled, abs=1e-5)
     assert abs(check["shared_shape"][1] - own) > 1e-3          # a different tail model, not a copy
+    heavy = predict_per_query(estimate(ss, "evt", pool_xi="none", xi_max=0.5), "AP", 1e8, 1000).mean()
+    assert check["heavy_shape"][1] == pytest.approx(heavy, abs=1e-5)
     # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
     paper = api.tail_check(ss, "evt-paper", {}, sizes=(1e8,))
     pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink"), "AP", 1e8, 1000).mean()

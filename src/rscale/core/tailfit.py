@@ -87,14 +87,16 @@ def fit_gpd(y, xi_min: float = -1.0, xi_max: float = 0.0, grid: int = 48,
             refine: int = 30) -> GPDFit:
     """Fit a GPD to each row of excesses ``y`` (Q, n), NaN-padded; shape xi in [xi_min, xi_max].
 
-    Only xi_max = 0 (bounded or exponential tails, the estimator's constraint) and xi_max > 0 with
-    a grid that also covers theta < 0 are supported; xi_min must be in [-1, 0).
+    xi_max = 0 is the estimator's constraint (bounded or exponential tails). xi_max in (0, 1]
+    also searches heavy tails (theta < 0) for the queries whose bounded fit sits at the
+    exponential boundary: the profile likelihood is unimodal in theta on the data sets we fit, so
+    an interior bounded optimum is the unconstrained one. xi_min must be in [-1, 0).
     """
     y = np.atleast_2d(np.asarray(y, dtype=np.float64))
     if not -1.0 <= xi_min < 0.0:
         raise InvalidArgumentError(f"xi_min must lie in [-1, 0), got {xi_min}")
-    if xi_max != 0.0:
-        raise InvalidArgumentError("only the bounded-tail constraint xi <= 0 is implemented (xi_max = 0)")
+    if not 0.0 <= xi_max <= 1.0:
+        raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {xi_max}")
     valid = ~np.isnan(y)
     if np.any(y[valid] < 0):
         raise InvalidArgumentError("excesses must be >= 0 (scores minus the threshold)")
@@ -156,22 +158,64 @@ def fit_gpd(y, xi_min: float = -1.0, xi_max: float = 0.0, grid: int = 48,
     with np.errstate(divide="ignore", invalid="ignore"):
         sigma = np.where(exp_fit, mean, -xi / theta)
     ll = np.where(exp_fit, ll0, ll)
+    if xi_max > 0.0 and exp_fit.any():
+        rows = np.flatnonzero(exp_fit)
+        h_xi, h_sigma, h_ll = _fit_heavy(yy[rows], valid[rows], n[rows], ymax[rows], xi_max, grid, refine)
+        # the constrained optimum may sit on xi = xi_max with its own best scale (off the profile curve)
+        cap = np.full(rows.size, xi_max)
+        c_sigma = fit_sigma_given_xi(y[rows], cap)
+        c_ll = gpd_loglik(y[rows], cap, c_sigma)
+        on_cap = c_ll > h_ll
+        h_xi, h_sigma, h_ll = np.where(on_cap, cap, h_xi), np.where(on_cap, c_sigma, h_sigma), np.maximum(c_ll, h_ll)
+        better = h_ll > ll[rows]
+        r = rows[better]
+        xi[r], sigma[r], ll[r] = h_xi[better], h_sigma[better], h_ll[better]
     return GPDFit(xi=xi, sigma=sigma, loglik=ll, n=n.astype(np.int64))
+
+
+def _fit_heavy(yy, valid, n, ymax, xi_max, grid, refine):
+    """Profile MLE over theta < 0 (xi in (0, xi_max]): grid in v = -theta * max(y), then golden
+    section on the bracket around the best grid point. Returns xi, sigma, loglik per row."""
+    v = np.geomspace(1e-4, 1e4, grid)
+
+    def f(vv):
+        xi, ll = _profile(yy, -np.maximum(vv, 1e-300) / ymax, valid, n)
+        return xi, np.where(xi <= xi_max, ll, -np.inf)
+
+    ll_grid = np.stack([f(np.full(n.size, vj))[1] for vj in v], axis=1)
+    j = np.argmax(ll_grid, axis=1)
+    v_ext = np.concatenate([[0.0], v, [v[-1] * 10.0]])
+    a, b = v_ext[j], v_ext[j + 2]
+    c = b - _GOLDEN * (b - a)
+    d = a + _GOLDEN * (b - a)
+    fc, fd = f(c)[1], f(d)[1]
+    for _ in range(refine):
+        left = fc >= fd
+        a = np.where(left, a, c)
+        b = np.where(left, d, b)
+        p = np.where(left, b - _GOLDEN * (b - a), a + _GOLDEN * (b - a))
+        fp = f(p)[1]
+        c, d, fc, fd = (np.where(left, p, d), np.where(left, c, p),
+                        np.where(left, fp, fd), np.where(left, fc, fp))
+    v_best = np.where(np.maximum(fc, fd) >= ll_grid[np.arange(n.size), j], np.where(fc >= fd, c, d), v[j])
+    theta = -np.maximum(v_best, 1e-300) / ymax
+    xi, ll = f(v_best)
+    return xi, -xi / theta, ll
 
 
 def fit_sigma_given_xi(y, xi, iterations: int = 80) -> np.ndarray:
     """Maximum-likelihood scale of each row of excesses ``y`` (Q, n; NaN-padded) for a given shape
-    ``xi`` (Q,) in (-1, 0]: the root of (1 + xi) sum y / (sigma + xi y) = n, found by bisection in
+    ``xi`` (Q,) in (-1, 1]: the root of (1 + xi) sum y / (sigma + xi y) = n, found by bisection in
     log sigma (the left side falls in sigma; for xi < 0, sigma > -xi max y keeps every excess
     inside the support)."""
     y = np.atleast_2d(np.asarray(y, dtype=np.float64))
     xi = np.asarray(xi, dtype=np.float64)
-    if np.any((xi <= -1.0) | (xi > 0.0)):
-        raise InvalidArgumentError("xi must lie in (-1, 0] to fit the scale")
+    if np.any((xi <= -1.0) | (xi > 1.0)):
+        raise InvalidArgumentError("xi must lie in (-1, 1] to fit the scale")
     valid = ~np.isnan(y)
     n = valid.sum(axis=1).astype(np.float64)
     ymax, mean = np.nanmax(y, axis=1), np.nansum(y, axis=1) / n
-    lo = np.maximum(-xi * ymax, 1e-300) * (1.0 + 1e-12)
+    lo = np.where(xi < 0, np.maximum(-xi * ymax, 1e-300) * (1.0 + 1e-12), mean * 1e-9)
     hi = np.maximum(mean * 100.0, lo * 10.0)
     yy = np.where(valid, y, 0.0)
     for _ in range(iterations):

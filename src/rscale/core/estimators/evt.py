@@ -67,6 +67,7 @@ class EVTConfig:
     k_top: int = 4000
     q: float = 0.95
     xi_min: float = -1.0
+    xi_max: float = 0.0          # 0: bounded or exponential tails (the paper); > 0 admits heavy tails
     posterior: bool = False
     # point rule (evt-paper)
     count_min: int = 5
@@ -87,6 +88,8 @@ class EVTConfig:
             raise InvalidArgumentError(f"count_min must be >= 1, got {self.count_min}")
         if self.tau_decades < 0 or self.draws < 1:
             raise InvalidArgumentError("tau_decades must be >= 0 and draws >= 1")
+        if not 0.0 <= self.xi_max <= 1.0:
+            raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {self.xi_max}")
         if self.pool_xi not in POOL_XI:
             raise InvalidArgumentError(f"pool_xi must be one of {', '.join(POOL_XI)}, got {self.pool_xi!r}")
         if self.pool_xi != "none" and self.posterior:
@@ -129,7 +132,7 @@ def estimate_evt(ss: SampleStats, config: EVTConfig = DEFAULT, method: str | Non
     k_top = min(config.k_top, ss.k)
     u, exc = tail_threshold(ss.top_scores, k_top, config.q)
     n_u = np.sum(~np.isnan(exc), axis=1)
-    fit = fit_gpd(exc, xi_min=config.xi_min)
+    fit = fit_gpd(exc, xi_min=config.xi_min, xi_max=config.xi_max)
     shared = pooled_shape(exc, fit, "shrink") if config.pool_xi == "average" else None
     if config.pool_xi in ("shrink", "full"):
         fit = pooled_shape(exc, fit, config.pool_xi)
