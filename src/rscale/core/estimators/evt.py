@@ -44,7 +44,10 @@ likelihood, stored as ``draws`` quantiles and integrated through the metric). Bo
 endpoint cut-off, which in isolation over-predicts, but raise hardness elsewhere more than they
 should on bounded tails. ``pool_xi`` ("shrink", "full": the shared shape alone,
 :func:`pooled_shape`) is better than per-query shapes on some scenarios and worse on others;
-the default averages the two (above).
+the default averages the two (above). ``xi_max`` > 0 lifts the bounded-tail constraint (shapes
+up to that cap): not a default (cosine scores are bounded, and on the bounded and Gaussian
+families it makes tails too heavy), but the reported interval stretches to its prediction, since
+over the decades a sample sees some tails decay more slowly than any bounded GPD.
 """
 
 from __future__ import annotations
