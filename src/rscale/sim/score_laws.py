@@ -21,7 +21,7 @@ Families (real score tails differ, so estimators are judged on all of them):
 ``shoulder`` A bulk Normal plus a same-category component of weight 1e-4..1e-2 two to four bulk
              sds up: a broad shoulder inside the sampled range rather than a far cluster.
 The last two (:class:`MixtureLaw`) were added after the estimator's choices, as families none
-of them saw (``benchmarks/accuracy.py --holdout2``).
+of them saw (``benchmarks/accuracy.py --set fresh``).
 """
 
 from __future__ import annotations
