@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 from rscale import sim
-from rscale.api.estimation import ALTERNATIVES, tail_check
+from rscale.api.estimation import tail_check
+from rscale.api.querying import TAIL_ALTERNATIVES
 from rscale.core.estimators.base import HardnessEstimate
 from rscale.core.estimators.methods import estimate
 from rscale.core.prediction import predict_per_query
@@ -130,7 +131,7 @@ def run_one(spec, n, s, seed, b_boot=300):
                           for i in range(3) for h in split_halves(ss, seed=100 + i)]
                 check = tail_check(ss, method, params, f"mAP@{K_METRIC}", (n,))
                 r_lo, r_hi = reported_interval(pred, lo, hi, distractor_spread(halves), convergence_step(halves, pred),
-                                               alternatives=[check[key][0] for key in ALTERNATIVES if key in check])
+                                               alternatives=[check[key][0] for key in TAIL_ALTERNATIVES if key in check])
                 out["evt reported CI (+ distractor, convergence, tail-model alternatives)"] = (pred - truth, r_lo <= truth <= r_hi,
                                                                      time.perf_counter() - t, r_hi - r_lo)
                 # and the range beside it: that interval united with the estimator-sensitivity band

@@ -84,6 +84,7 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the rejected-tail
     alternative (:func:`tail_check`).
     """
+    from rscale.api.querying import TAIL_ALTERNATIVES
     from rscale.core.prediction import predict_per_query, resolve_mode
     from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap, reported_interval
     from rscale.errors import InvalidArgumentError
@@ -112,7 +113,7 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
             if terms is not None:
                 lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
                                            alternatives=() if check is None else
-                                           [check[key][j] for key in ALTERNATIVES if key in check])
+                                           [check[key][j] for key in TAIL_ALTERNATIVES if key in check])
             rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
                          "ci_low": float(lo), "ci_high": float(hi), "level": level,
                          "ci": "query + distractor + convergence + tail-model alternatives" if terms is not None
@@ -123,8 +124,6 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     return rows
 
 
-# the tail_check entries the reported interval stretches to (when a version has them)
-ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape")
 # the shape cap of the heavy-tail alternative: GPD tails with finite variance
 HEAVY_XI_MAX = 0.5
 BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))

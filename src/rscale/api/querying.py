@@ -83,6 +83,9 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
 
 
+# the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,
+# when a version has them
+TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape")
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
 
 
@@ -90,7 +93,6 @@ def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi
     """Widen a query CI by the stored distractor-sampling term (quadrature), convergence step and
     rejected-tail alternative (versions registered before a term was stored go without it),
     log-N interpolated within the stored sizes."""
-    from rscale.api.estimation import ALTERNATIVES
     from rscale.core.uncertainty import reported_interval
 
     def at(entry, key):
@@ -104,7 +106,7 @@ def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi
     if np.isnan(lo):
         return lo, hi
     sd, step = at(dsd, "sd"), at(dsd, "step")
-    alts = [at(check, key) for key in ALTERNATIVES]
+    alts = [at(check, key) for key in TAIL_ALTERNATIVES]
     if sd is None and all(a is None for a in alts):
         return lo, hi
     return reported_interval(value, lo, hi, sd or 0.0, step or 0.0, alternatives=alts)
