@@ -81,8 +81,8 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
 
     With ``sample_stats`` (the sample the hardness was estimated from) the CI is the one
     ``rscale query`` reports: widened by the distractor-sampling term and the convergence bound
-    (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the rejected-tail
-    alternative (:func:`tail_check`).
+    (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the tail-model
+    alternatives (:func:`tail_check`).
     """
     from rscale.api.querying import TAIL_ALTERNATIVES
     from rscale.core.prediction import predict_per_query, resolve_mode
@@ -246,7 +246,7 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
 
     out = {"measure": str(m), "N": list(sizes), "level": level, "rejected_share": round(float(flagged.mean()), 4),
            "alternative": mean_at(count_bound(est, ss, flagged))}
-    base = {**asdict(est_config(method, kwargs))}
+    base = {**asdict(_evt_config_of(method, kwargs))}
     if not base["posterior"]:
         if base["pool_xi"] != "none":
             out["own_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "none"}))
@@ -257,7 +257,7 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
     return out
 
 
-def est_config(method: str, kwargs: dict):
+def _evt_config_of(method: str, kwargs: dict):
     """The EVTConfig an evt method ran with."""
     from rscale.core.estimators.evt import PAPER
     from rscale.core.estimators.methods import evt_config

@@ -33,8 +33,8 @@ positive at score s above u then has tail hardness
     the noise but assumes the queries share a shape. Neither model is right on every family, so the
     tail hardness is their equal-weight mixture, x = (x_own + x_shared) / 2 (the survival of a
     50/50 mixture of the two tail models; beyond the endpoint only when both say so). Chosen on the
-    design and held-out scenario sets, where it lowered MAE on both, and then checked on a fresh
-    set with two new families (docs/benchmarks.md); ``pool_xi="none"`` is the rule without it.
+    design and held-out scenario sets, where it lowered MAE on both, and then checked on two fresh
+    sets, one with two new families (docs/benchmarks.md); ``pool_xi="none"`` is the rule without it.
 
 Experimental options, measured and not adopted (docs/benchmarks.md keeps the figures):
 ``endpoint="averaged"`` (beyond the endpoint, average the tail over the GPD parameter
