@@ -73,6 +73,16 @@ class _PerQuery:
         return replace(self, **out)
 
 
+def _bisect_isf(sf, p, q, lo, hi, steps: int = 64):
+    """The score s in [lo, hi] with sf(s, q) = p, by bisection (sf falls in s; lo, hi bracket it)."""
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        above = sf(mid, q) >= p
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return 0.5 * (lo + hi)
+
+
 def _special():
     import scipy.special as sc  # lazy: the simulator is not on the query path
     return sc
@@ -158,12 +168,7 @@ class NearDupLaw(_PerQuery):
         lo_c = self.cluster.isf(np.minimum(p / w, 1.0), q)
         lo = np.maximum(lo_b, np.where(p / w <= 1.0, lo_c, -np.inf)) - 1e-12
         hi = np.maximum(self.bulk.isf(p, q), self.cluster.isf(p, q)) + 1e-12
-        for _ in range(64):
-            mid = 0.5 * (lo + hi)
-            above = self.sf(mid, q) >= p
-            lo = np.where(above, mid, lo)
-            hi = np.where(above, hi, mid)
-        s = 0.5 * (lo + hi)
+        s = _bisect_isf(self.sf, p, q, lo, hi)
         return np.where(p <= 0, np.inf, s)
 
 
@@ -207,12 +212,7 @@ class MixtureLaw(_PerQuery):
         q = np.broadcast_to(q, p.shape)
         comp = self.mu[q] - self.sigma[q] * _special().ndtri(np.clip(p, 1e-300, 1.0)[..., None])
         lo, hi = comp.min(axis=-1) - 1e-12, comp.max(axis=-1) + 1e-12
-        for _ in range(64):
-            mid = 0.5 * (lo + hi)
-            above = self.sf(mid, q) >= p
-            lo = np.where(above, mid, lo)
-            hi = np.where(above, hi, mid)
-        s = 0.5 * (lo + hi)
+        s = _bisect_isf(self.sf, p, q, lo, hi)
         return np.where(p <= 0, np.inf, np.where(p >= 1, -np.inf, s))
 
     def sample_top(self, n: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
