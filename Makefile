@@ -32,6 +32,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/tailfit_speed.py
 	$(PY) benchmarks/query_speed.py
 	$(PY) benchmarks/accuracy.py --draws 2
+	$(PY) benchmarks/accuracy.py --draws 1 --set holdout
+	$(PY) benchmarks/accuracy.py --draws 1 --set fresh
+	$(PY) benchmarks/accuracy.py --draws 3 --set fresh2
 
 clean-venv:
 	rm -rf $(VENV)
