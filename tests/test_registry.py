@@ -331,7 +331,8 @@ def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
     assert with_term["ci_high"] - v == pytest.approx(np.hypot(plain["ci_high"] - v, extra) + bias, rel=1e-6)
 
 
-def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeypatch):
+def _registry_written_a_minute_ago(tmp_path):
+    """A registry with one version whose catalog was last written a minute ago (cacheable)."""
     from rscale.store.registry import Registry
 
     reg_path = tmp_path / "reg"
@@ -339,7 +340,14 @@ def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeyp
     api.register(h1, s1, reg_path)
     reg = Registry(reg_path)
     old = reg.catalog.stat().st_mtime - 60
-    os.utime(reg.catalog, (old, old))                  # a catalog last written a minute ago
+    os.utime(reg.catalog, (old, old))
+    return reg_path, reg
+
+
+def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeypatch):
+    from rscale.store.registry import Registry
+
+    reg_path, reg = _registry_written_a_minute_ago(tmp_path)
     first = reg.versions()
     real_connect = Registry.connect
 
@@ -375,12 +383,7 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     from rscale.store import registry as registry_module
     from rscale.store.registry import Registry
 
-    reg_path = tmp_path / "reg"
-    h1, s1 = make_files(tmp_path, seed=0)
-    api.register(h1, s1, reg_path)
-    reg = Registry(reg_path)
-    old = reg.catalog.stat().st_mtime - 60
-    os.utime(reg.catalog, (old, old))
+    reg_path, reg = _registry_written_a_minute_ago(tmp_path)
     first = reg.versions()
     assert reg.snapshot.exists()
     # a cold process answers from the snapshot without importing duckdb at all
