@@ -31,6 +31,17 @@ def test_gaussian_law_against_scipy():
         np.testing.assert_allclose(law_.sf(s, np.full(50, q)), ref, rtol=1e-10)
 
 
+def test_logistic_law_against_scipy():
+    law_ = score_laws.draw_laws("logistic", 5, np.random.default_rng(7))
+    s = np.linspace(0, 0.9, 50)
+    for q in range(5):
+        ref = stats.logistic.sf(s, loc=law_.mu[q], scale=law_.beta[q])
+        np.testing.assert_allclose(law_.sf(s, np.full(50, q)), ref, rtol=1e-10)
+    # an exactly exponential far tail: each further decade of survival costs beta * ln 10
+    far = law_.isf(np.array([1e-8, 1e-9, 1e-10]), np.zeros(3, dtype=int))
+    np.testing.assert_allclose(np.diff(far), law_.beta[0] * np.log(10), rtol=1e-6)
+
+
 def test_bounded_law_against_numerical_integration():
     law_ = score_laws.draw_laws("bounded", 3, np.random.default_rng(2))
     for q in range(3):
