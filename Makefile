@@ -36,6 +36,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/accuracy.py --draws 1 --set fresh
 	$(PY) benchmarks/accuracy.py --draws 3 --set fresh2
 	$(PY) benchmarks/accuracy.py --draws 3 --set fresh3
+	$(PY) benchmarks/accuracy.py --draws 3 --set fresh4
 
 clean-venv:
 	rm -rf $(VENV)
