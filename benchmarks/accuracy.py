@@ -39,7 +39,7 @@ from rscale.sim.benchmark import HardnessLaw, SimSpec
 
 K_METRIC = 1000
 REPORTED = "evt reported CI (+ distractor, convergence, tail-model alternatives)"   # the row of the interval `rscale query` reports
-REPORTED_NO_Q = "evt reported CI without the threshold alternatives"
+REPORTED_NO_Q = "evt reported CI without the q = 0.90 / 0.98 alternatives"
 
 # (label, method, params, mode)
 ESTIMATORS = [
@@ -52,6 +52,7 @@ ESTIMATORS = [
     ("evt-paper (expected)", "evt-paper", {}, "expected"),
     ("evt (default, plugin)", "evt", {}, "plugin"),
     ("evt pool_xi=none (plugin)", "evt", {"pool_xi": "none"}, "plugin"),
+    ("evt gof_crit=0 (plugin)", "evt", {"gof_crit": 0.0}, "plugin"),
     ("evt (default, expected)", "evt", {}, "expected"),
     ("evt posterior=True (expected)", "evt", {"posterior": True, "pool_xi": "none"}, "expected"),
     ("evt endpoint=averaged (plugin)", "evt", {"endpoint": "averaged"}, "plugin"),
@@ -198,7 +199,8 @@ def main(argv=None):
     if args.which != "design":
         global ESTIMATORS
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("evt-paper (plugin)", "evt pool_xi=none (plugin)",
-                                                       "evt pool_xi=shrink (plugin)", "evt (default, plugin)")]
+                                                       "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
+                                                       "evt gof_crit=0 (plugin)")]
     n_big, pool = 1e8, 1e6
     cells = []
     scenarios, seed_offset = SETS[args.which]

@@ -269,13 +269,18 @@ def test_tail_check_only_for_tail_estimators():
         other = predict_per_query(estimate(ss, "evt", q=q), "AP", 1e8, 1000).mean()
         assert check[key][1] == pytest.approx(other, abs=1e-5), key
     assert check["threshold_low"][1] != pytest.approx(check["threshold_high"][1], abs=1e-4)
+    # and every query at the configured threshold (the default raises it where the GPD fails its test)
+    single = predict_per_query(estimate(ss, "evt", gof_crit=0.0), "AP", 1e8, 1000).mean()
+    assert check["single_threshold"][1] == pytest.approx(single, abs=1e-5)
     # an estimate already at one of those quantiles gets only the other one
     at_98 = api.tail_check(ss, "evt", {"q": 0.98}, sizes=(1e8,))
     assert "threshold_high" not in at_98
     assert at_98["threshold_low"][0] == pytest.approx(check["threshold_low"][1], abs=1e-5)
     # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
     paper = api.tail_check(ss, "evt-paper", {}, sizes=(1e8,))
-    pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink"), "AP", 1e8, 1000).mean()
+    pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink", gof_crit=0.0),
+                                     "AP", 1e8, 1000).mean()
     assert paper["shared_shape"][0] == pytest.approx(pooled_paper, abs=1e-5) and "own_shape" not in paper
+    assert "single_threshold" not in paper      # the paper's configuration keeps one threshold
     # an estimate that already pools shapes has no shared-shape alternative of its own
     assert "shared_shape" not in api.tail_check(ss, "evt", {"pool_xi": "full"}, sizes=(1e8,))

@@ -228,7 +228,8 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
     quantiles of ``THRESHOLD_QS`` (0.90 / 0.98: twice / two fifths the excesses). No data settle
     the threshold (fewer excesses: noisier shapes; more: a tail fitted further into the bulk), and
     a bump inside the sampled range (a same-category shoulder) bends the fit at one threshold and
-    not at another.
+    not at another. ``single_threshold``: every query at the configured threshold, when the
+    estimate raises it for queries whose GPD fails the goodness-of-fit test (``gof_crit``).
     """
     if method not in ("evt", "evt-paper"):
         return None
@@ -260,6 +261,8 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
             out["shared_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "shrink"}))
         if base["xi_max"] == 0.0:
             out["heavy_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "none", "xi_max": HEAVY_XI_MAX}))
+    if base["gof_crit"] > 0:
+        out["single_threshold"] = mean_at(run(ss, "evt", **{**base, "gof_crit": 0.0}))
     for key, q in zip(("threshold_low", "threshold_high"), THRESHOLD_QS):
         if base["q"] != q:
             out[key] = mean_at(run(ss, "evt", **{**base, "q": q}))

@@ -85,7 +85,8 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
 
 # the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,
 # when a version has them
-TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "threshold_low", "threshold_high")
+TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "threshold_low", "threshold_high",
+                     "single_threshold")
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
 
 
