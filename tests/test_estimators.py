@@ -224,6 +224,36 @@ def test_default_averages_own_and_shared_tail_models():
         estimate(ss, "evt", posterior=True)
 
 
+def test_gof_refit_on_dense_near_duplicate_clusters():
+    # A cluster sampled dozens of times is no outlier, so the largest-excess test passes, but the
+    # GPD through bulk and cluster fails the A^2 test: those queries are refitted on the top quarter
+    # of their excesses, which brings the prediction at 1e8 toward the truth; smooth tails are
+    # almost never refitted (the test's size is about 1%)
+    from rscale.core.estimators.evt import GOF_CRIT, rejected_tails
+    from rscale.sim.benchmark import HardnessLaw, SimSpec
+
+    spec = SimSpec(name="t", family="neardup", n_queries=300,
+                   hardness=HardnessLaw("power", 1.3, 1e-11, 1e-1, immune=0.05))
+    bench = sim.simulate(spec, seed=4)
+    ss = sim.sample(bench, 10_000_000, k=4000, seed=4)
+    truth = sim.truth(bench, ss, 1e8, "AP", 1000, seed=4).mean()
+    new, old = estimate(ss, "evt"), estimate(ss, "evt", gof_crit=0.0)
+    refit = new.tail["gof_refit"] == 1.0
+    assert 0.2 < refit.mean() < 0.9
+    assert np.all(new.tail["ad"][refit] > GOF_CRIT)
+    assert not rejected_tails(old, ss)[0][refit].any()         # outlying maxima are left to the count test
+    np.testing.assert_array_equal(new.tail["n_u"][refit], 50)  # 200 excesses -> the top quarter
+    np.testing.assert_array_equal(new.tail["u"][~refit], old.tail["u"][~refit])
+    assert np.all(new.tail["u"][refit] > old.tail["u"][refit])
+    p_new, p_old = (predict_per_query(e, "AP", 1e8, 1000).mean() for e in (new, old))
+    assert abs(p_new - truth) < 0.5 * abs(p_old - truth)
+    for preset in ("sim_gaussian", "sim_bounded"):
+        smooth = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=400), seed=1), 1_000_000, k=4000, seed=1)
+        assert estimate(smooth, "evt").tail["gof_refit"].mean() <= 0.02
+    with pytest.raises(InvalidArgumentError, match="gof_crit"):
+        estimate(ss, "evt", gof_crit=-1.0)
+
+
 def test_heavy_shapes_bracket_the_truth_on_a_scale_mixture():
     # a scale mixture of Normals decays more slowly than any bounded GPD over the sampled decades:
     # the bounded fits pile up at xi = 0 and over-predict; lifting the cap lets most shapes go

@@ -68,6 +68,8 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
         # fits pinned at the exponential boundary: many of them say the bounded family is too light
         summary["tail_shape_at_zero_share"] = round(float(np.mean(est.tail["xi"] == 0.0)), 4)
+    if "gof_refit" in est.tail:   # queries whose threshold the goodness-of-fit rule raised
+        summary["gof_refit_share"] = round(float(np.mean(est.tail["gof_refit"])), 4)
     if method in ("evt", "evt-paper"):
         from rscale.core.estimators.evt import rejected_tails
         summary["rejected_tail_share"] = round(float(rejected_tails(est, ss)[0].mean()), 4)
