@@ -16,9 +16,9 @@ from rscale.store.registry import Registry
 from rscale.store.sample_stats_file import write_sample_stats
 
 
-def make_files(tmp_path, preset="sim_gaussian", seed=0, method="evt", queries=40):
+def make_files(tmp_path, preset="sim_gaussian", seed=0, method="evt", queries=40, s=500_000):
     bench = sim.simulate(replace(PRESETS[preset], n_queries=queries), seed=seed)
-    ss = sim.sample(bench, 500_000, k=300, seed=seed)
+    ss = sim.sample(bench, s, k=300, seed=seed)
     s_path = write_sample_stats(ss, tmp_path / f"{preset}-{seed}.ss.parquet")
     h_path = tmp_path / f"{preset}-{seed}-{method}.parquet"
     write_hardness(estimate(ss, method), ss, h_path)
@@ -204,6 +204,19 @@ def test_bundle_round_trip_and_tamper(tmp_path):
             tout.addfile(m, io.BytesIO(data))
     with pytest.raises(SchemaVersionError, match="upgrade rscale"):
         api.import_(newer, fresh)
+
+
+def test_small_samples_are_flagged_when_extrapolated(tmp_path):
+    # below 50k sampled distractors the simulator's interval coverage falls: say so, with the size
+    reg = tmp_path / "reg"
+    api.register(*make_files(tmp_path, s=20_000), reg)
+    ans = api.query("mAP@1000 at N=1e6 for sim_gaussian", reg)
+    assert any("S=20,000" in w and "sample 50,000 or more" in w for w in ans["warnings"])
+    near = api.query("mAP@1000 at N=1e5 for sim_gaussian", reg)      # 5x the sample: no warning
+    assert not any("inside the bulk" in w for w in near["warnings"])
+    big = tmp_path / "big"
+    api.register(*make_files(tmp_path, seed=1), big)
+    assert not any("inside the bulk" in w for w in api.query("mAP@1000 at N=1e8 for sim_gaussian", big)["warnings"])
 
 
 def test_budget_warning_diff_and_lineage(tmp_path):

@@ -77,6 +77,11 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
                     f"{budget['measure']} at N={budget['N'][i]:g} by {budget['last_step'][i]:+.4f}, more than "
                     f"query-sampling noise ({budget['noise'][i]:.4f})")
     for r in rows:
+        if r["N"] / r["extrapolation"] < SMALL_SAMPLE and r["extrapolation"] >= 10:
+            warnings.append(
+                f"{r['backbone']}: a sample of S={r['N'] / r['extrapolation']:,.0f} fits the tail inside the bulk of "
+                f"the score law and sees nothing beyond its top 1/S; at S = 10k of a 1M pool the reported interval "
+                f"covered only 50-80% of simulator cells (docs/benchmarks.md): sample {SMALL_SAMPLE:,} or more")
         if r["extrapolation"] > 1000:
             warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
                             "predictions this far out are not validated")
@@ -87,6 +92,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
 # when a version has them
 TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "threshold_low", "threshold_high",
                      "single_threshold")
+SMALL_SAMPLE = 50_000  # below this many sampled distractors the simulator's coverage falls (docs/benchmarks.md)
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
 
 
