@@ -442,7 +442,7 @@ def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
     row = ans["rows"][0]
     alt = check["alternative"][check["N"].index(1e8)]
     assert alt < row["value"] and row["ci_low"] <= alt        # the interval reaches the count bound
-    for key in ("own_shape", "shared_shape", "heavy_shape", "threshold_low", "threshold_high"):   # every other tail model
+    for key in ("own_shape", "shared_shape", "heavy_shape", "single_threshold"):   # every other tail model
         assert row["ci_low"] <= check[key][check["N"].index(1e8)] <= row["ci_high"], key
     assert any("fitted tail of" in w and "rejected" in w for w in ans["warnings"])
 
@@ -454,7 +454,7 @@ def test_reported_ci_reads_whichever_tail_alternatives_a_version_stored():
     dsd = {"measure": "mAP@1000", "N": [1e6, 1e8], "sd": [0.0, 0.0], "step": [0.0, 0.0]}
     old = {"measure": "mAP@1000", "N": [1e6, 1e8], "alternative": [0.5, 0.45]}
     new = {**old, "own_shape": [0.5, 0.62], "shared_shape": [0.5, 0.51], "heavy_shape": [0.5, 0.40],
-           "threshold_low": [0.5, 0.58], "threshold_high": [0.5, 0.66]}
+           "single_threshold": [0.5, 0.66]}
     assert _reported_ci(None, None, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == (0.48, 0.52)
     assert _reported_ci(dsd, old, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == pytest.approx((0.45, 0.52))
     assert _reported_ci(dsd, new, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == pytest.approx((0.40, 0.66))

@@ -226,12 +226,9 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
     xi <= HEAVY_XI_MAX. Cosine scores are bounded, but over the decades a sample sees their tail
     can decay more slowly than any bounded GPD (a mixture of distractor populations); where fits
     pile up at xi = 0 the data are asking for this model.
-    ``threshold_low`` / ``threshold_high``: the same estimator with the threshold at the other
-    quantiles of ``THRESHOLD_QS`` (0.90 / 0.98: twice / two fifths the excesses). No data settle
-    the threshold (fewer excesses: noisier shapes; more: a tail fitted further into the bulk), and
-    a bump inside the sampled range (a same-category shoulder) bends the fit at one threshold and
-    not at another. ``single_threshold``: every query at the configured threshold, when the
-    estimate raises it for queries whose GPD fails the goodness-of-fit test (``gof_crit``).
+    ``single_threshold``: every query at the configured threshold, when the estimate raises it for
+    queries whose GPD fails the goodness-of-fit test (``gof_crit``): the refit helps on dense
+    near-duplicate clusters and overshoots on some sparser ones (docs/benchmarks.md).
     """
     if method not in ("evt", "evt-paper"):
         return None
@@ -239,7 +236,6 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
 
     from rscale.core.estimators.evt import count_bound, rejected_tails
     from rscale.core.estimators.methods import estimate as run
-    from rscale.core.estimators.sensitivity import THRESHOLD_QS
     from rscale.core.prediction import predict_per_query
     from rscale.query.measures import Measure
     from rscale.store.sample_stats_file import read_sample_stats
@@ -265,9 +261,6 @@ def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000
             out["heavy_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "none", "xi_max": HEAVY_XI_MAX}))
     if base["gof_crit"] > 0:
         out["single_threshold"] = mean_at(run(ss, "evt", **{**base, "gof_crit": 0.0}))
-    for key, q in zip(("threshold_low", "threshold_high"), THRESHOLD_QS):
-        if base["q"] != q:
-            out[key] = mean_at(run(ss, "evt", **{**base, "q": q}))
     return out
 
 

@@ -90,8 +90,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
 
 # the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,
 # when a version has them
-TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "threshold_low", "threshold_high",
-                     "single_threshold")
+TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "single_threshold")
 SMALL_SAMPLE = 50_000  # below this many sampled distractors the simulator's coverage falls (docs/benchmarks.md)
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
 

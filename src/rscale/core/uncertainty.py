@@ -14,8 +14,8 @@
   the distractor term and then by the convergence term, CONVERGENCE_FACTOR times how far the
   prediction moves between half-samples and the whole sample (a bias bound, see its docstring),
   and stretched to the predictions of other tail models the data do not rule out (rejected tails
-  at their count bound, per-query and shared tail shapes, heavy tails, the threshold at the
-  quantiles either side of the default: see :func:`rscale.api.estimation.tail_check`).
+  at their count bound, per-query and shared tail shapes, heavy tails, one threshold for all
+  queries: see :func:`rscale.api.estimation.tail_check`).
 """
 
 from __future__ import annotations
