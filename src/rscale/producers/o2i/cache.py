@@ -1,0 +1,274 @@
+"""Content-addressed render cache and the render-set manifest.
+
+Layout under a cache directory::
+
+    renders/<2 hex>/<64 hex>.png        the render (RGB, background neutral gray)
+    renders/<2 hex>/<64 hex>.mask.png   its object mask (1-bit)
+    assets/<32 hex>/mesh.obj            user meshes converted to OBJ (rscale.producers.o2i.assets)
+    manifests/<16 hex>.parquet          a render set's manifest (unless another path is given)
+
+A render's key is the sha256 of the canonical JSON of everything that decides its pixels: the
+asset's identity (mesh-file digest, URDF scale, rpy, colour), its orientation, the distance, the
+camera / light / background / resolution, and the renderer version (pybullet's version and
+``RENDER_CODE_VERSION``). A render whose two files exist is read, never redrawn, so re-running
+renders nothing new; a changed parameter changes the key and renders only what it changes.
+
+The manifest (one row per object x distance, in asset order then distance order) is written last,
+under a temporary name then renamed; render files are written the same way. Every asset is
+checked (file present, readable, not degenerate) before anything is rendered; an object clipped at
+a distance stops the run with no manifest (the renders already in the cache are complete files).
+
+Manifest columns: ``object_id``, ``distance_index``, ``distance``, ``path``, ``mask_path``
+(relative to the manifest's folder), ``image_sha256``, ``o2i``, ``bbox_x0/y0/x1/y1`` (x1, y1
+exclusive), ``width``, ``height``, ``asset_digest``, ``asset_source``, ``licence``,
+``render_key``. File metadata: ``rscale.format`` = ``o2i-renders``, ``rscale.schema_version`` = 1,
+``rscale.protocol`` (JSON), ``rscale.renderer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rscale.errors import FormatError, InvalidArgumentError, SchemaVersionError
+from rscale.producers.o2i.assets import Asset, normalisation
+from rscale.producers.o2i.images import object_bbox, object_o2i
+from rscale.producers.o2i.render import RenderProtocol, object_orientation, renderer_version
+from rscale.store.registry import canonical_digest
+
+FORMAT = "o2i-renders"
+SCHEMA_VERSION = 1
+COLUMNS = ("object_id", "distance_index", "distance", "path", "mask_path", "image_sha256", "o2i",
+           "bbox_x0", "bbox_y0", "bbox_x1", "bbox_y1", "width", "height", "asset_digest", "asset_source",
+           "licence", "render_key")
+
+
+def render_key(asset: Asset, distance: float, protocol: RenderProtocol) -> str:
+    """sha256 of everything that decides one render's pixels (hex, no prefix)."""
+    ident = {"asset": asset.identity(), "orientation": list(object_orientation(asset, protocol)),
+             "distance": float(distance), "camera": protocol.camera(), "renderer": renderer_version()}
+    return canonical_digest(ident).split(":", 1)[1]
+
+
+@dataclass(frozen=True)
+class RenderRecord:
+    object_id: str
+    distance_index: int
+    distance: float
+    path: Path
+    mask_path: Path
+    image_sha256: str
+    o2i: float
+    bbox: tuple
+    width: int
+    height: int
+    asset_digest: str
+    asset_source: str
+    licence: str
+    render_key: str
+
+    def image(self) -> np.ndarray:
+        return load_rgb(self.path)
+
+    def mask(self) -> np.ndarray:
+        return load_mask(self.mask_path)
+
+
+@dataclass
+class RenderSet:
+    """The renders of a list of assets under one protocol; ``rendered`` counts frames this call drew."""
+
+    manifest: Path
+    protocol: dict
+    renderer: str
+    records: list
+    rendered: int = 0
+
+    @property
+    def object_ids(self) -> list[str]:
+        return list(dict.fromkeys(r.object_id for r in self.records))
+
+    @property
+    def distances(self) -> list[float]:
+        return list(self.protocol["distances"])
+
+    def record(self, object_id: str, distance_index: int) -> RenderRecord:
+        for r in self.records:
+            if r.object_id == object_id and r.distance_index == distance_index:
+                return r
+        raise InvalidArgumentError(f"no render of object '{object_id}' at distance index {distance_index}")
+
+    def o2i_matrix(self) -> np.ndarray:
+        """(objects, distances) O2I of every render, rows in object order."""
+        return np.asarray([r.o2i for r in self.records]).reshape(len(self.object_ids), len(self.distances))
+
+    def items(self, distance_index: int | None = None) -> list[tuple]:
+        """(id, image path, None) triples for ``rscale.producers.extract.extract``; id is
+        ``<object>@d<k>``."""
+        return [(f"{r.object_id}@d{r.distance_index}", r.path, None) for r in self.records
+                if distance_index is None or r.distance_index == distance_index]
+
+    def lineage(self) -> dict:
+        """What made the set: protocol, renderer version and each asset's digest and licence."""
+        assets = {r.object_id: {"digest": r.asset_digest, "source": r.asset_source, "licence": r.licence}
+                  for r in self.records}
+        return {"protocol": self.protocol, "renderer": self.renderer, "assets": assets}
+
+
+def load_rgb(path) -> np.ndarray:
+    from PIL import Image
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def load_mask(path) -> np.ndarray:
+    from PIL import Image
+    with Image.open(path) as im:
+        return np.asarray(im.convert("1"), dtype=bool)
+
+
+def _atomic_png(array: np.ndarray, path: Path) -> None:
+    from PIL import Image
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        Image.fromarray(array).save(tmp, format="PNG")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _render_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+    folder = cache_dir / "renders" / key[:2]
+    return folder / f"{key}.png", folder / f"{key}.mask.png"
+
+
+def _record(asset: Asset, k: int, distance: float, key: str, path: Path, mask_path: Path,
+            mask: np.ndarray | None = None) -> RenderRecord:
+    mask = load_mask(mask_path) if mask is None else mask
+    return RenderRecord(asset.id, k, float(distance), path, mask_path,
+                        "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), object_o2i(mask),
+                        object_bbox(mask), int(mask.shape[1]), int(mask.shape[0]), asset.digest, asset.source,
+                        asset.licence, key)
+
+
+def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-cache", manifest=None,
+               renderer=None, progress: bool = True) -> RenderSet:
+    """Render every asset at every protocol distance (cached), then write the manifest.
+
+    ``renderer``: a :class:`~rscale.producers.o2i.render.TinyRenderer` to reuse (one is opened and
+    closed otherwise). ``manifest``: its path (default ``<cache_dir>/manifests/<digest>.parquet``)."""
+    from rich.progress import Progress
+
+    from rscale.producers.o2i.render import TinyRenderer
+
+    protocol = protocol or RenderProtocol()
+    assets = list(assets)
+    if not assets:
+        raise InvalidArgumentError("no objects to render: give at least one asset")
+    ids = [a.id for a in assets]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise InvalidArgumentError(f"duplicate object ids {dup}: each object must have its own id")
+    for a in assets:                     # refuse missing / unreadable / degenerate meshes before rendering
+        normalisation(a)
+    cache_dir = Path(cache_dir)
+    keys = [[render_key(a, d, protocol) for d in protocol.distances] for a in assets]
+    if manifest is None:
+        digest = canonical_digest([[a.id, ks] for a, ks in zip(assets, keys)]).split(":", 1)[1]
+        manifest = cache_dir / "manifests" / f"{digest[:16]}.parquet"
+    manifest = Path(manifest)
+
+    own = renderer is None
+    renderer = TinyRenderer() if own else renderer
+    before = renderer.frames_rendered
+    records = []
+    try:
+        with Progress(disable=not progress, transient=True) as bar:
+            task = bar.add_task("rendering", total=len(assets) * len(protocol.distances))
+            for a, ks in zip(assets, keys):
+                paths = [_render_paths(cache_dir, k) for k in ks]
+                todo = [k for k, (p, m) in enumerate(paths) if not (p.is_file() and m.is_file())]
+                frames = dict(zip(todo, renderer.render_distances(a, protocol, [protocol.distances[k] for k in todo])
+                                  if todo else []))
+                for k, (d, key, (path, mask_path)) in enumerate(zip(protocol.distances, ks, paths)):
+                    mask = None
+                    if k in frames:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        _atomic_png(frames[k].rgb, path)
+                        _atomic_png(frames[k].mask, mask_path)
+                        mask = frames[k].mask
+                    records.append(_record(a, k, d, key, path, mask_path, mask))
+                    bar.advance(task)
+    finally:
+        if own:
+            renderer.close()
+    result = RenderSet(manifest, protocol.to_dict(), renderer_version(), records,
+                       renderer.frames_rendered - before)
+    write_manifest(result)
+    return result
+
+
+def write_manifest(rs: RenderSet) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(rs.manifest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = path.parent.resolve()
+    rows = {c: [] for c in COLUMNS}
+    for r in rs.records:
+        for c in COLUMNS:
+            if c.startswith("bbox_"):
+                rows[c].append(r.bbox[("x0", "y0", "x1", "y1").index(c[5:])])
+            elif c in ("path", "mask_path"):
+                rows[c].append(os.path.relpath(Path(getattr(r, c)).resolve(), base))
+            else:
+                rows[c].append(getattr(r, c))
+    table = pa.table(rows).replace_schema_metadata({
+        "rscale.format": FORMAT, "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.protocol": json.dumps(rs.protocol, sort_keys=True), "rscale.renderer": rs.renderer})
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_render_set(manifest) -> RenderSet:
+    """A render set from its manifest (paths resolved against the manifest's folder)."""
+    import pyarrow.parquet as pq
+
+    path = Path(manifest)
+    if not path.is_file():
+        raise FormatError("render manifest not found", path=str(path), hint="Run the rendering step first")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:
+        raise FormatError(f"not a Parquet file ({type(e).__name__})", path=str(path)) from None
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if meta.get("rscale.format") != FORMAT:
+        raise FormatError(f"not an O2I render manifest (rscale.format={meta.get('rscale.format')!r})", path=str(path))
+    if int(meta.get("rscale.schema_version", "1")) > SCHEMA_VERSION:
+        raise SchemaVersionError(f"written by a newer schema version {meta['rscale.schema_version']}", path=str(path),
+                                 hint="Upgrade rscale")
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise FormatError(f"missing columns {missing}", path=str(path))
+    d = table.to_pydict()
+    base = path.parent
+    records = [RenderRecord(d["object_id"][i], int(d["distance_index"][i]), float(d["distance"][i]),
+                            Path(os.path.normpath(base / d["path"][i])), Path(os.path.normpath(base / d["mask_path"][i])), d["image_sha256"][i], float(d["o2i"][i]),
+                            tuple(int(d[f"bbox_{c}"][i]) for c in ("x0", "y0", "x1", "y1")), int(d["width"][i]),
+                            int(d["height"][i]), d["asset_digest"][i], d["asset_source"][i], d["licence"][i],
+                            d["render_key"][i])
+               for i in range(table.num_rows)]
+    return RenderSet(path, json.loads(meta["rscale.protocol"]), meta.get("rscale.renderer", ""), records)
