@@ -136,7 +136,7 @@ def _atomic_png(array: np.ndarray, path: Path) -> None:
     from PIL import Image
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        Image.fromarray(array).save(tmp, format="PNG")
+        Image.fromarray(array).save(tmp, format="PNG", compress_level=3)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
