@@ -146,7 +146,8 @@ def test_default_protocol_is_the_papers_geometric_grid():
 def test_pybullet_assets_list_real_and_procedural_objects():
     every = o2i.pybullet_assets()
     ids = [a.id for a in every]
-    assert len(every) == len(o2i.REAL_OBJECTS) + 1000 and len(set(ids)) == len(ids)
+    assert len(every) == len(o2i.REAL_OBJECTS) + 999 and len(set(ids)) == len(ids)
+    assert "random_168" not in ids                                 # shipped with NaN vertices
     for name in ("bunny", "duck", "mug", "teddy", "soccerball", "lego", "jenga", "domino"):
         assert name in ids
     assert ids[-1] == "random_999"
@@ -158,6 +159,12 @@ def test_pybullet_assets_list_real_and_procedural_objects():
     files, textured = assets_mod.mesh_files(by_id["duck"].path)
     assert [f.name for f in files] == ["duck.obj", "duck.mtl", "duckCM.png"] and textured
     assert o2i.pybullet_assets("random", limit=3)[2].id == "random_002"
+
+
+def test_the_shipped_mesh_with_nan_vertices_is_refused():
+    path = assets_mod._data_path() / "random_urdfs" / "168" / "168.obj"
+    with pytest.raises(FormatError, match="'random_168': the mesh has non-finite vertices"):
+        assets_mod.load_mesh_vertices(path, "random_168")
 
 
 def test_normalisation_gives_a_unit_bounding_sphere():
@@ -218,6 +225,17 @@ def test_render_background_and_determinism():
                 assert (x.rgb[~x.mask] == p.background).all()
                 assert not (x.rgb[x.mask] == p.background).all(axis=1).all()
         assert r1.frames_rendered == 2 * len(p.distances)
+
+
+def test_a_render_does_not_depend_on_what_the_renderer_drew_before():
+    duck, mug = real("duck", "mug")
+    p = RenderProtocol(**TINY)
+    with TinyRenderer() as used, TinyRenderer() as fresh:
+        used.render_distances(duck, p)
+        after = used.render_distances(mug, p)
+        alone = fresh.render_distances(mug, p)
+    for x, y in zip(after, alone):
+        assert np.array_equal(x.rgb, y.rgb) and np.array_equal(x.mask, y.mask)
 
 
 def test_random_orientation_comes_from_the_seed():
@@ -354,3 +372,16 @@ def test_default_protocol_o2i_strictly_decreases_and_nothing_is_clipped(tmp_path
 def test_paste_on_canvas_refuses_a_small_canvas():
     with pytest.raises(InvalidArgumentError, match="at least 5 px"):
         paste_on_canvas(np.zeros((5, 3, 3), np.uint8), np.ones((5, 3), bool), 4)
+
+
+def test_a_textured_glb_keeps_its_texture(tmp_path):
+    m = trimesh.creation.box()
+    m.visual = trimesh.visual.TextureVisuals(uv=np.random.default_rng(0).random((len(m.vertices), 2)),
+                                             image=Image.new("RGB", (8, 8), (255, 0, 0)))
+    m.export(tmp_path / "red.glb")
+    (a,) = o2i.user_assets([tmp_path / "red.glb"], tmp_path / "c")
+    assert a.textured and a.render_color == (1.0, 1.0, 1.0, 1.0)
+    rs = o2i.render_set([a], RenderProtocol(**TINY), cache_dir=tmp_path / "c", progress=False)
+    rec = rs.record("red", 0)
+    px = rec.image()[rec.mask()].astype(int)
+    assert (px[:, 0] > 100).all() and (px[:, 1:] == 0).all()       # red texture, lit: only the red channel
