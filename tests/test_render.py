@@ -2,6 +2,7 @@
 
 Renders are tiny (48-96 px, a few objects) except the one slow test of the default protocol."""
 
+import hashlib
 import subprocess
 import sys
 
@@ -280,7 +281,6 @@ def test_manifest_round_trip_and_contents(tmp_path):
     assert [(r.object_id, r.distance_index) for r in back.records] == [(a.id, k) for a in objs for k in range(3)]
     for r, b in zip(rs.records, back.records):
         assert b == r
-        import hashlib
         assert b.image_sha256 == "sha256:" + hashlib.sha256(b.path.read_bytes()).hexdigest()
         assert b.o2i == o2i.object_o2i(b.mask()) and b.bbox == o2i.object_bbox(b.mask())
         assert b.image().shape == (64, 64, 3) and (b.image()[~b.mask()] == NEUTRAL).all()
@@ -291,6 +291,44 @@ def test_manifest_round_trip_and_contents(tmp_path):
     assert back.protocol["distances"] == [3.5, 5.0, 7.0] and back.renderer.startswith("pybullet-")
     assert back.lineage()["assets"]["mug"]["digest"] == objs[0].digest
     assert back.items(0)[1][0] == "domino@d0"
+
+
+def test_protocol_round_trips_through_its_dict_and_refuses_unknown_keys():
+    p = RenderProtocol(distances=(3.5, 5.0), resolution=96, orientation="random", seed=3)
+    assert RenderProtocol.from_dict(p.to_dict()) == p
+    assert RenderProtocol.from_dict(None) == RenderProtocol()
+    with pytest.raises(InvalidArgumentError, match=r"unknown render parameter\(s\) \['distance'\]"):
+        RenderProtocol.from_dict({"distance": [3, 4]})
+
+
+def test_derived_items_for_extract(tmp_path):
+    rs = o2i.render_set(real("duck", "mug"), RenderProtocol(**TINY), cache_dir=tmp_path, progress=False)
+    items = o2i.matched_crop_items(rs, source_index=2, target_index=0)
+    assert [i[0] for i in items] == ["duck@d2~d0", "mug@d2~d0"]
+    for (iid, path, box), obj in zip(items, ("duck", "mug")):
+        far, near = rs.record(obj, 2), rs.record(obj, 0)
+        x0, y0, x1, y1 = box
+        window = far.mask()[y0:y1, x0:x1]
+        assert window.sum() == far.mask().sum()                    # the whole object is in the box
+        assert window.mean() == pytest.approx(near.o2i, rel=2.5 / (x1 - x0))
+        assert path == far.path
+    with pytest.raises(InvalidArgumentError, match="farther"):
+        o2i.matched_crop_items(rs, source_index=0, target_index=2)
+    assert o2i.box_crop_items(rs, 1) == [(f"{r.object_id}@d1#box", r.path, r.bbox) for r in rs.records
+                                         if r.distance_index == 1]
+    canv = o2i.canvas_items(rs, tmp_path, distance_index=0, sizes=(64, 96, 128), object_size=None)
+    assert [c[0] for c in canv][:3] == ["duck@d0@c64", "duck@d0@c96", "duck@d0@c128"]
+    stamps = {c[1]: c[1].stat().st_mtime_ns for c in canv}
+    assert o2i.canvas_items(rs, tmp_path, distance_index=0, sizes=(64, 96, 128), object_size=None) == canv
+    assert {c[1]: c[1].stat().st_mtime_ns for c in canv} == stamps                # nothing rewritten
+    rec = rs.record("duck", 0)
+    x0, y0, x1, y1 = rec.bbox
+    obj_pixels = rec.image()[y0:y1, x0:x1][rec.mask()[y0:y1, x0:x1]]
+    for _, path, _ in canv[:3]:
+        img = np.asarray(Image.open(path).convert("RGB"))
+        s = img.shape[0]
+        a, b = (s - (x1 - x0)) // 2, (s - (y1 - y0)) // 2
+        assert np.array_equal(img[b:b + y1 - y0, a:a + x1 - x0][rec.mask()[y0:y1, x0:x1]], obj_pixels)
 
 
 # ---------------------------------------------------------------- bad input

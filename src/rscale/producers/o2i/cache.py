@@ -264,9 +264,11 @@ def read_render_set(manifest) -> RenderSet:
     if missing:
         raise FormatError(f"missing columns {missing}", path=str(path))
     d = table.to_pydict()
-    base = path.parent
+    def resolve(rel: str) -> Path:
+        return Path(os.path.normpath(path.parent / rel))
+
     records = [RenderRecord(d["object_id"][i], int(d["distance_index"][i]), float(d["distance"][i]),
-                            Path(os.path.normpath(base / d["path"][i])), Path(os.path.normpath(base / d["mask_path"][i])), d["image_sha256"][i], float(d["o2i"][i]),
+                            resolve(d["path"][i]), resolve(d["mask_path"][i]), d["image_sha256"][i], float(d["o2i"][i]),
                             tuple(int(d[f"bbox_{c}"][i]) for c in ("x0", "y0", "x1", "y1")), int(d["width"][i]),
                             int(d["height"][i]), d["asset_digest"][i], d["asset_source"][i], d["licence"][i],
                             d["render_key"][i])

@@ -7,7 +7,7 @@ x1, y1 exclusive (PIL's crop convention, as in ``rscale.producers.extract``).
 * :func:`object_bbox` - the tight box of the mask;
 * :func:`o2i_matched_crop` - the decomposition's beta condition (paper §4.2, App. C): a square
   window of the far render around the object whose O2I equals a target (the near render's O2I,
-  up to one pixel of side), resized up to the backbone's input size;
+  up to one pixel of side; :func:`o2i_matched_box`), resized up to the backbone's input size;
 * :func:`fixed_pixel_canvases` - the fixed-pixel experiment (§4.3, App. D): the object's own
   pixels (tight crop, masked) pasted, byte for byte, at the centre of neutral canvases from 256 to
   1536 px, so only the fraction of the image the object covers changes;
@@ -69,16 +69,15 @@ class MatchedCrop:
     o2i: float               # the window's exact O2I (object pixels / window pixels), before resizing
 
 
-def o2i_matched_crop(rgb: np.ndarray, mask: np.ndarray, target_o2i: float, out_size: int | None = None) -> MatchedCrop:
-    """The square window around the object whose O2I is closest to ``target_o2i``, resized to
-    ``out_size`` (default: the source's width).
+def o2i_matched_box(mask: np.ndarray, target_o2i: float) -> tuple[tuple, float]:
+    """The square window around the object whose O2I is closest to ``target_o2i``, and that O2I.
 
     With n object pixels, the side is L = sqrt(n / target) rounded to whichever of floor / ceil
     gives the O2I nearer the target (so |O2I - target| <= about 2 target / L), centred on the
     object's box and shifted inside the image; the whole object stays in the window.
     Example: a 10 x 10 object in a 100 x 100 image, target 0.25 -> a 20 x 20 window, O2I 0.25.
     """
-    rgb, mask = np.asarray(rgb), np.asarray(mask, dtype=bool)
+    mask = np.asarray(mask, dtype=bool)
     h, w = mask.shape
     if not 0 < target_o2i <= 1:
         raise InvalidArgumentError(f"target O2I must lie in (0, 1], got {target_o2i}")
@@ -94,10 +93,17 @@ def o2i_matched_crop(rgb: np.ndarray, mask: np.ndarray, target_o2i: float, out_s
     side = min(sides, key=lambda L: (abs(n / L ** 2 - target_o2i), L))
     cx = min(max((x0 + x1 - side) // 2, 0), w - side)
     cy = min(max((y0 + y1 - side) // 2, 0), h - side)
-    box = (cx, cy, cx + side, cy + side)
-    out = int(out_size) if out_size is not None else w
-    image = _resize(np.ascontiguousarray(rgb[cy:cy + side, cx:cx + side]), (out, out))
-    return MatchedCrop(image, box, float(mask[cy:cy + side, cx:cx + side].sum()) / side ** 2)
+    return (cx, cy, cx + side, cy + side), float(mask[cy:cy + side, cx:cx + side].sum()) / side ** 2
+
+
+def o2i_matched_crop(rgb: np.ndarray, mask: np.ndarray, target_o2i: float, out_size: int | None = None) -> MatchedCrop:
+    """The :func:`o2i_matched_box` window of ``rgb``, resized (bicubic) to ``out_size`` x
+    ``out_size`` (default: the source's width), the backbone's input size."""
+    box, o2i = o2i_matched_box(mask, target_o2i)
+    x0, y0, x1, y1 = box
+    out = int(out_size) if out_size is not None else np.asarray(mask).shape[1]
+    image = _resize(np.ascontiguousarray(np.asarray(rgb)[y0:y1, x0:x1]), (out, out))
+    return MatchedCrop(image, box, o2i)
 
 
 def object_box_crop(rgb: np.ndarray, mask: np.ndarray, margin: float = 0.0) -> tuple[np.ndarray, tuple]:

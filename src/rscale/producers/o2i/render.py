@@ -29,7 +29,7 @@ distance the unit sphere always fits at); no re-framing, so the camera is the sa
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 
 import numpy as np
@@ -105,6 +105,16 @@ class RenderProtocol:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, params: dict | None) -> "RenderProtocol":
+        """From a params.yaml section (or a manifest's protocol); unknown keys are refused by name."""
+        params = dict(params or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise InvalidArgumentError(f"unknown render parameter(s) {unknown} (known: {', '.join(known)})")
+        return cls(**params)
 
     def camera(self) -> dict:
         """The per-render parameters that do not depend on the object or the distance."""
