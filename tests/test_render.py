@@ -273,6 +273,16 @@ def test_rerun_renders_nothing_and_a_changed_distance_renders_only_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*.tmp-*")) == []
 
 
+def test_a_damaged_cached_render_is_drawn_again(tmp_path):
+    objs = real("mug")
+    p = RenderProtocol(**TINY)
+    with TinyRenderer() as r:
+        rs = o2i.render_set(objs, p, cache_dir=tmp_path, renderer=r, progress=False)
+        rs.records[1].path.write_bytes(rs.records[1].path.read_bytes()[:40])    # truncated PNG
+        again = o2i.render_set(objs, p, cache_dir=tmp_path, renderer=r, progress=False)
+        assert again.rendered == 1 and again.records == rs.records
+
+
 def test_manifest_round_trip_and_contents(tmp_path):
     objs = real("mug", "domino")
     rs = o2i.render_set(objs, RenderProtocol(**TINY), cache_dir=tmp_path / "c", manifest=tmp_path / "m" / "r.parquet",

@@ -11,7 +11,8 @@ A render's key is the sha256 of the canonical JSON of everything that decides it
 asset's identity (mesh-file digest, URDF scale, rpy, colour), its orientation, the distance, the
 camera / light / background / resolution, and the renderer version (pybullet's version and
 ``RENDER_CODE_VERSION``). A render whose two files exist is read, never redrawn, so re-running
-renders nothing new; a changed parameter changes the key and renders only what it changes.
+renders nothing new; a changed parameter changes the key and renders only what it changes. A
+cached file that does not decode (damaged outside rscale) is drawn again.
 
 The manifest (one row per object x distance, in asset order then distance order) is written last,
 under a temporary name then renamed; render files are written the same way. Every asset is
@@ -150,7 +151,13 @@ def _render_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
 
 def _record(asset: Asset, k: int, distance: float, key: str, path: Path, mask_path: Path,
             mask: np.ndarray | None = None) -> RenderRecord:
-    mask = load_mask(mask_path) if mask is None else mask
+    """The manifest row of a render on disk (``mask`` given: just written; else the files are
+    checked: the mask decoded, the image's PNG chunks and CRCs verified)."""
+    if mask is None:
+        from PIL import Image
+        mask = load_mask(mask_path)
+        with Image.open(path) as im:
+            im.verify()
     return RenderRecord(asset.id, k, float(distance), path, mask_path,
                         "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), object_o2i(mask),
                         object_bbox(mask), int(mask.shape[1]), int(mask.shape[0]), asset.digest, asset.source,
@@ -193,18 +200,23 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
             task = bar.add_task("rendering", total=len(assets) * len(protocol.distances))
             for a, ks in zip(assets, keys):
                 paths = [_render_paths(cache_dir, k) for k in ks]
-                todo = [k for k, (p, m) in enumerate(paths) if not (p.is_file() and m.is_file())]
-                frames = dict(zip(todo, renderer.render_distances(a, protocol, [protocol.distances[k] for k in todo])
-                                  if todo else []))
+                done, todo = {}, []
                 for k, (d, key, (path, mask_path)) in enumerate(zip(protocol.distances, ks, paths)):
-                    mask = None
-                    if k in frames:
+                    try:
+                        done[k] = _record(a, k, d, key, path, mask_path)
+                        bar.advance(task)
+                    except (OSError, ValueError, SyntaxError):  # absent, or damaged outside rscale: redraw
+                        todo.append(k)
+                if todo:
+                    frames = renderer.render_distances(a, protocol, [protocol.distances[k] for k in todo])
+                    for k, frame in zip(todo, frames):
+                        path, mask_path = paths[k]
                         path.parent.mkdir(parents=True, exist_ok=True)
-                        _atomic_png(frames[k].rgb, path)
-                        _atomic_png(frames[k].mask, mask_path)
-                        mask = frames[k].mask
-                    records.append(_record(a, k, d, key, path, mask_path, mask))
-                    bar.advance(task)
+                        _atomic_png(frame.rgb, path)
+                        _atomic_png(frame.mask, mask_path)
+                        done[k] = _record(a, k, protocol.distances[k], ks[k], path, mask_path, frame.mask)
+                        bar.advance(task)
+                records += [done[k] for k in range(len(ks))]
     finally:
         if own:
             renderer.close()
