@@ -273,6 +273,17 @@ def test_rerun_renders_nothing_and_a_changed_distance_renders_only_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*.tmp-*")) == []
 
 
+def test_worker_processes_give_the_same_renders(tmp_path):
+    objs = real("bunny", "duck", "lego")
+    p = RenderProtocol(**TINY)
+    serial = o2i.render_set(objs, p, cache_dir=tmp_path / "serial", progress=False)
+    par = o2i.render_set(objs, p, cache_dir=tmp_path / "par", progress=False, workers=2)
+    assert par.rendered == 9
+    assert [(r.image_sha256, r.o2i, r.bbox, r.render_key) for r in par.records] == \
+        [(r.image_sha256, r.o2i, r.bbox, r.render_key) for r in serial.records]
+    assert o2i.render_set(objs, p, cache_dir=tmp_path / "par", progress=False, workers=2).rendered == 0
+
+
 def test_a_damaged_cached_render_is_drawn_again(tmp_path):
     objs = real("mug")
     p = RenderProtocol(**TINY)
@@ -354,6 +365,11 @@ BAD = [
     ("camera inside object", lambda t: RenderProtocol(distances=(0.5, 3.0)), InvalidArgumentError, "exceed"),
     ("bad resolution", lambda t: RenderProtocol(resolution=4), InvalidArgumentError, "resolution"),
     ("bad orientation", lambda t: RenderProtocol(orientation="tumbling"), InvalidArgumentError, "orientation"),
+    ("camera overhead", lambda t: RenderProtocol(elevation=90), InvalidArgumentError, "elevation"),
+    ("no workers", lambda t: o2i.render_set(real("mug"), cache_dir=t, workers=0), InvalidArgumentError, "workers"),
+    ("clipped, in a worker",
+     lambda t: o2i.render_set(real("mug", "soccerball"), RenderProtocol(distances=(1.5, 3.0), resolution=48),
+                              cache_dir=t, progress=False, workers=2), InvalidArgumentError, "is clipped at distance 1.5"),
     ("clipped at the closest distance",
      lambda t: o2i.render_set(real("soccerball"), RenderProtocol(distances=(1.5, 3.0), resolution=48), cache_dir=t,
                               progress=False), InvalidArgumentError, "'soccerball' is clipped at distance 1.5"),

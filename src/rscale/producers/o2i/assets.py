@@ -12,15 +12,16 @@ Default objects (:func:`pybullet_assets`), all from ``pybullet_data.getDataPath(
   lego brick, jenga block, domino, torus, textured sphere, tray and five toy shapes).
 
 Licences were read from the wheel: it ships no per-asset licence file except ``domino/license.txt``;
-the duck's COLLADA source (``duck.dae``) carries Sony's SCEA Shared Source License; everything
-else falls under the wheel's ``LICENSE.txt`` (zlib), the bunny being a decimated copy of the
-Stanford 3D Scanning Repository's bunny (its terms ask for credit). See docs/o2i.md.
+the duck's COLLADA source (``duck.dae``) carries Sony's SCEA Shared Source License; the bunny is
+the Stanford 3D Scanning Repository's bunny, decimated (the file names no source; the
+repository's terms ask for credit); everything else falls under the wheel's ``LICENSE.txt``
+(zlib). See docs/o2i.md.
 
 User meshes (:func:`user_assets`: OBJ, GLB/GLTF, PLY, STL, OFF) are read with trimesh, refused
 when degenerate, and converted once to OBJ (+ MTL and texture when the mesh has one) under
-``<cache>/assets/<digest>/``; the digest is that of the user's file, so the same file gives the
-same conversion wherever it lives; the asset's digest is that of the converted files (what the
-renderer reads). Vertex colours are not carried over (pybullet's OBJ path has none).
+``<cache>/assets/<sha256 of the user's file>/``, so a file is converted once wherever it lives.
+The asset's digest is that of the converted files (what the renderer reads). Vertex colours are
+not carried over (pybullet's OBJ path has none).
 
 Every object is normalised when rendered (:func:`normalisation`): the centre of its bounding box
 goes to the origin and it is scaled so its farthest vertex lies at distance 1 (a unit bounding

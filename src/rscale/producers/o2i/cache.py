@@ -164,12 +164,39 @@ def _record(asset: Asset, k: int, distance: float, key: str, path: Path, mask_pa
                         asset.licence, key)
 
 
+def _draw(renderer, asset: Asset, protocol: RenderProtocol, todo: list, paths: list) -> dict:
+    """Render the distances ``todo`` of one asset and write them (temp name, rename): {k: mask}."""
+    frames = renderer.render_distances(asset, protocol, [protocol.distances[k] for k in todo])
+    masks = {}
+    for k, frame in zip(todo, frames):
+        path, mask_path = paths[k]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_png(frame.rgb, path)
+        _atomic_png(frame.mask, mask_path)
+        masks[k] = frame.mask
+    return masks
+
+
+_WORKER_RENDERER = None
+
+
+def _draw_in_worker(asset, protocol, todo, paths) -> int:
+    global _WORKER_RENDERER
+    from rscale.producers.o2i.render import TinyRenderer
+    if _WORKER_RENDERER is None:
+        _WORKER_RENDERER = TinyRenderer()
+    _draw(_WORKER_RENDERER, asset, protocol, todo, paths)
+    return len(todo)
+
+
 def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-cache", manifest=None,
-               renderer=None, progress: bool = True) -> RenderSet:
+               renderer=None, progress: bool = True, workers: int = 1) -> RenderSet:
     """Render every asset at every protocol distance (cached), then write the manifest.
 
     ``renderer``: a :class:`~rscale.producers.o2i.render.TinyRenderer` to reuse (one is opened and
-    closed otherwise). ``manifest``: its path (default ``<cache_dir>/manifests/<digest>.parquet``)."""
+    closed otherwise). ``workers`` > 1 renders objects in that many processes (one TinyRenderer
+    each; the pixels do not depend on it). ``manifest``: its path (default
+    ``<cache_dir>/manifests/<digest>.parquet``)."""
     from rich.progress import Progress
 
     from rscale.producers.o2i.render import TinyRenderer
@@ -178,6 +205,8 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
     assets = list(assets)
     if not assets:
         raise InvalidArgumentError("no objects to render: give at least one asset")
+    if int(workers) < 1:
+        raise InvalidArgumentError(f"workers must be >= 1, got {workers}")
     ids = [a.id for a in assets]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
@@ -186,42 +215,57 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
         normalisation(a)
     cache_dir = Path(cache_dir)
     keys = [[render_key(a, d, protocol) for d in protocol.distances] for a in assets]
+    paths = [[_render_paths(cache_dir, k) for k in ks] for ks in keys]
     if manifest is None:
         digest = canonical_digest([[a.id, ks] for a, ks in zip(assets, keys)]).split(":", 1)[1]
         manifest = cache_dir / "manifests" / f"{digest[:16]}.parquet"
     manifest = Path(manifest)
 
-    own = renderer is None
-    renderer = TinyRenderer() if own else renderer
-    before = renderer.frames_rendered
-    records = []
-    try:
-        with Progress(disable=not progress, transient=True) as bar:
-            task = bar.add_task("rendering", total=len(assets) * len(protocol.distances))
-            for a, ks in zip(assets, keys):
-                paths = [_render_paths(cache_dir, k) for k in ks]
-                done, todo = {}, []
-                for k, (d, key, (path, mask_path)) in enumerate(zip(protocol.distances, ks, paths)):
-                    try:
-                        done[k] = _record(a, k, d, key, path, mask_path)
+    def record(i, k, mask=None):
+        return _record(assets[i], k, protocol.distances[k], keys[i][k], *paths[i][k], mask)
+
+    done, todo = {}, {}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("rendering", total=len(assets) * len(protocol.distances))
+        for i in range(len(assets)):
+            for k in range(len(protocol.distances)):
+                try:
+                    done[i, k] = record(i, k)
+                    bar.advance(task)
+                except (OSError, ValueError, SyntaxError):      # absent, or damaged outside rscale: redraw
+                    todo.setdefault(i, []).append(k)
+        rendered = 0
+        if todo and int(workers) > 1 and len(todo) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(min(int(workers), len(todo)), mp_context=multiprocessing.get_context("spawn")) as ex:
+                futures = {ex.submit(_draw_in_worker, assets[i], protocol, ks, paths[i]): i for i, ks in todo.items()}
+                try:
+                    for f in as_completed(futures):
+                        n = f.result()
+                        rendered += n
+                        bar.advance(task, n)
+                except BaseException:
+                    ex.shutdown(cancel_futures=True)
+                    raise
+            for i, ks in todo.items():
+                for k in ks:
+                    done[i, k] = record(i, k)
+        elif todo:
+            own = renderer is None
+            renderer = TinyRenderer() if own else renderer
+            try:
+                for i, ks in todo.items():
+                    for k, mask in _draw(renderer, assets[i], protocol, ks, paths[i]).items():
+                        done[i, k] = record(i, k, mask)
+                        rendered += 1
                         bar.advance(task)
-                    except (OSError, ValueError, SyntaxError):  # absent, or damaged outside rscale: redraw
-                        todo.append(k)
-                if todo:
-                    frames = renderer.render_distances(a, protocol, [protocol.distances[k] for k in todo])
-                    for k, frame in zip(todo, frames):
-                        path, mask_path = paths[k]
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        _atomic_png(frame.rgb, path)
-                        _atomic_png(frame.mask, mask_path)
-                        done[k] = _record(a, k, protocol.distances[k], ks[k], path, mask_path, frame.mask)
-                        bar.advance(task)
-                records += [done[k] for k in range(len(ks))]
-    finally:
-        if own:
-            renderer.close()
-    result = RenderSet(manifest, protocol.to_dict(), renderer_version(), records,
-                       renderer.frames_rendered - before)
+            finally:
+                if own:
+                    renderer.close()
+    records = [done[i, k] for i in range(len(assets)) for k in range(len(protocol.distances))]
+    result = RenderSet(manifest, protocol.to_dict(), renderer_version(), records, rendered)
     write_manifest(result)
     return result
 

@@ -96,6 +96,8 @@ class RenderProtocol:
                                        f"a unit sphere; the camera must be outside it), got {list(d)}")
         if not 8 <= int(self.resolution) <= 8192 or int(self.resolution) != self.resolution:
             raise InvalidArgumentError(f"resolution must be an integer in [8, 8192], got {self.resolution}")
+        if not -89.0 <= self.elevation <= 89.0:
+            raise InvalidArgumentError(f"elevation must lie in [-89, 89] degrees (z is up), got {self.elevation}")
         if not 1.0 <= self.fov <= 150.0:
             raise InvalidArgumentError(f"fov must lie in [1, 150] degrees, got {self.fov}")
         if self.orientation not in ORIENTATIONS:
