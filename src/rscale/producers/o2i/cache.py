@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,8 @@ class RenderRecord:
 
 @dataclass
 class RenderSet:
-    """The renders of a list of assets under one protocol; ``rendered`` counts frames this call drew."""
+    """The renders of a list of assets under one protocol (treat as read-only); ``rendered`` counts
+    the frames the call that made it drew."""
 
     manifest: Path
     protocol: dict
@@ -98,15 +100,24 @@ class RenderSet:
     def distances(self) -> list[float]:
         return list(self.protocol["distances"])
 
+    @cached_property
+    def _index(self) -> dict:
+        return {(r.object_id, r.distance_index): r for r in self.records}
+
     def record(self, object_id: str, distance_index: int) -> RenderRecord:
-        for r in self.records:
-            if r.object_id == object_id and r.distance_index == distance_index:
-                return r
-        raise InvalidArgumentError(f"no render of object '{object_id}' at distance index {distance_index}")
+        try:
+            return self._index[object_id, distance_index]
+        except KeyError:
+            raise InvalidArgumentError(f"no render of object '{object_id}' at distance index {distance_index} "
+                                       f"({len(self.object_ids)} objects, {len(self.distances)} distances)") from None
 
     def o2i_matrix(self) -> np.ndarray:
         """(objects, distances) O2I of every render, rows in object order."""
-        return np.asarray([r.o2i for r in self.records]).reshape(len(self.object_ids), len(self.distances))
+        out = np.full((len(self.object_ids), len(self.distances)), np.nan)
+        row = {o: i for i, o in enumerate(self.object_ids)}
+        for r in self.records:
+            out[row[r.object_id], r.distance_index] = r.o2i
+        return out
 
     def items(self, distance_index: int | None = None) -> list[tuple]:
         """(id, image path, None) triples for ``rscale.producers.extract.extract``; id is
