@@ -311,6 +311,12 @@ def test_manifest_round_trip_and_contents(tmp_path):
     assert not t.column("path")[0].as_py().startswith("/")           # portable: relative to the manifest
     assert back.protocol["distances"] == [3.5, 5.0, 7.0] and back.renderer.startswith("pybullet-")
     assert back.lineage()["assets"]["mug"]["digest"] == objs[0].digest
+    assert back.lineage()["renders"] == rs.content_digest()
+    assert back.verify() == {"checked": 6, "missing": [], "corrupt": []}
+    back.records[0].path.write_bytes(b"not the render")
+    back.records[1].path.unlink()
+    assert back.verify() == {"checked": 6, "missing": [str(back.records[1].path)],
+                             "corrupt": [str(back.records[0].path)]}
     assert back.items(0)[1][0] == "domino@d0"
 
 

@@ -125,11 +125,27 @@ class RenderSet:
         return [(f"{r.object_id}@d{r.distance_index}", r.path, None) for r in self.records
                 if distance_index is None or r.distance_index == distance_index]
 
+    def content_digest(self) -> str:
+        """The set's identity: sha256 over (object, distance index, image digest) of every render."""
+        return canonical_digest([[r.object_id, r.distance_index, r.image_sha256] for r in self.records])
+
     def lineage(self) -> dict:
-        """What made the set: protocol, renderer version and each asset's digest and licence."""
+        """What made the set: protocol, renderer version, each asset's digest and licence, and the
+        renders' content digest."""
         assets = {r.object_id: {"digest": r.asset_digest, "source": r.asset_source, "licence": r.licence}
                   for r in self.records}
-        return {"protocol": self.protocol, "renderer": self.renderer, "assets": assets}
+        return {"protocol": self.protocol, "renderer": self.renderer, "assets": assets,
+                "renders": self.content_digest()}
+
+    def verify(self) -> dict:
+        """Re-hash every render against the manifest: {"checked", "missing": [paths], "corrupt": [paths]}."""
+        missing, corrupt = [], []
+        for r in self.records:
+            if not (r.path.is_file() and r.mask_path.is_file()):
+                missing.append(str(r.path))
+            elif "sha256:" + hashlib.sha256(r.path.read_bytes()).hexdigest() != r.image_sha256:
+                corrupt.append(str(r.path))
+        return {"checked": len(self.records), "missing": missing, "corrupt": corrupt}
 
 
 def load_rgb(path) -> np.ndarray:
