@@ -366,6 +366,7 @@ BAD = [
     ("degenerate mesh", lambda t: o2i.user_assets([t / "flat.obj"], t), FormatError, "degenerate"),
     ("unsupported format", lambda t: o2i.user_assets([t / "x.fbx"], t), FormatError, ".fbx"),
     ("duplicate ids", lambda t: o2i.user_assets([t / "a.obj", t / "b/a.obj"], t), InvalidArgumentError, "duplicate"),
+    ("mesh file gone", lambda t: assets_mod.mesh_files(t / "gone.obj"), NotFoundError, "gone.obj does not exist"),
     ("one distance", lambda t: RenderProtocol(distances=(3.0,)), InvalidArgumentError, "at least two"),
     ("duplicate distances", lambda t: RenderProtocol(distances=(3.0, 4.0, 3.0)), InvalidArgumentError, "duplicate"),
     ("camera inside object", lambda t: RenderProtocol(distances=(0.5, 3.0)), InvalidArgumentError, "exceed"),

@@ -112,6 +112,8 @@ def mesh_files(obj_path) -> tuple[list[Path], bool]:
     """The OBJ, its existing ``mtllib`` files and the existing textures they name; and whether any
     texture exists (files a renderer reads, in a fixed order)."""
     obj_path = Path(obj_path)
+    if not obj_path.is_file():
+        raise NotFoundError(f"mesh file {obj_path} does not exist. Reinstall pybullet or check the path")
     files, textured = [obj_path], False
     text = obj_path.read_text(errors="replace")
     for mtl_name in re.findall(r"^\s*mtllib\s+(.+?)\s*$", text, flags=re.M):
