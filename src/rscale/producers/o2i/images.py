@@ -74,7 +74,9 @@ def o2i_matched_box(mask: np.ndarray, target_o2i: float) -> tuple[tuple, float]:
 
     With n object pixels, the side is L = sqrt(n / target) rounded to whichever of floor / ceil
     gives the O2I nearer the target (so |O2I - target| <= about 2 target / L), centred on the
-    object's box and shifted inside the image; the whole object stays in the window.
+    object's box and shifted inside the image; the whole object stays in the window (an object
+    whose box is longer than that side gets the box's length as side, and an O2I below the target:
+    the returned O2I is always the window's exact one).
     Example: a 10 x 10 object in a 100 x 100 image, target 0.25 -> a 20 x 20 window, O2I 0.25.
     """
     mask = np.asarray(mask, dtype=bool)
