@@ -177,6 +177,27 @@ def test_normalisation_gives_a_unit_bounding_sphere():
         assert np.allclose((u.min(axis=0) + u.max(axis=0)) / 2, 0, atol=1e-12)
 
 
+def test_assets_from_params(tmp_path):
+    trimesh.creation.box().export(tmp_path / "crate.stl")
+    got = o2i.assets_from_params({"kind": "real", "limit": 2, "meshes": [str(tmp_path / "crate.stl")],
+                                  "licence": "CC0-1.0"}, tmp_path / "c")
+    assert [a.id for a in got] == ["bunny", "duck", "crate"] and got[-1].licence == "CC0-1.0"
+    assert len(o2i.assets_from_params(None, tmp_path)) == len(o2i.REAL_OBJECTS) + 999
+    with pytest.raises(InvalidArgumentError, match=r"unknown object parameter\(s\) \['objects'\]"):
+        o2i.assets_from_params({"objects": 3}, tmp_path)
+    with pytest.raises(InvalidArgumentError, match="no objects"):
+        o2i.assets_from_params({"kind": "none"}, tmp_path)
+
+
+def test_contact_sheet_layout():
+    red, blue = np.zeros((10, 20, 3), np.uint8), np.zeros((30, 30, 3), np.uint8)
+    red[..., 0], blue[..., 2] = 255, 255
+    sheet = o2i.contact_sheet([[red, blue], [blue]], tile=16, gap=2)
+    assert sheet.shape == (34, 34, 3)
+    assert (sheet[:16, :16] == (255, 0, 0)).all() and (sheet[:16, 18:] == (0, 0, 255)).all()
+    assert (sheet[18:, :16] == (0, 0, 255)).all() and (sheet[18:, 18:] == 255).all() and (sheet[16:18] == 255).all()
+
+
 def test_asset_digest_follows_the_file_bytes(tmp_path):
     box = trimesh.creation.box(extents=(1, 2, 3))
     src = tmp_path / "box.ply"

@@ -16,15 +16,16 @@ Importing this package loads neither pybullet nor trimesh; they load when an ass
 frame rendered.
 """
 
-from rscale.producers.o2i.assets import REAL_OBJECTS, Asset, normalisation, pybullet_assets, user_assets
+from rscale.producers.o2i.assets import (REAL_OBJECTS, Asset, assets_from_params, normalisation, pybullet_assets,
+                                         user_assets)
 from rscale.producers.o2i.cache import RenderRecord, RenderSet, read_render_set, render_key, render_set
 from rscale.producers.o2i.derived import box_crop_items, canvas_items, matched_crop_items
-from rscale.producers.o2i.images import (CANVAS_SIZES, fixed_pixel_canvases, o2i_matched_box, o2i_matched_crop,
-                                         object_bbox, object_box_crop, object_o2i, object_patch)
+from rscale.producers.o2i.images import (CANVAS_SIZES, contact_sheet, fixed_pixel_canvases, o2i_matched_box,
+                                         o2i_matched_crop, object_bbox, object_box_crop, object_o2i, object_patch)
 from rscale.producers.o2i.render import DEFAULT_DISTANCES, RenderProtocol, TinyRenderer, renderer_version
 
-__all__ = ["Asset", "REAL_OBJECTS", "normalisation", "pybullet_assets", "user_assets", "RenderRecord", "RenderSet",
+__all__ = ["Asset", "REAL_OBJECTS", "assets_from_params", "normalisation", "pybullet_assets", "user_assets", "RenderRecord", "RenderSet",
            "read_render_set", "render_key", "render_set", "box_crop_items", "canvas_items", "matched_crop_items",
-           "CANVAS_SIZES", "fixed_pixel_canvases", "o2i_matched_box", "o2i_matched_crop",
+           "CANVAS_SIZES", "contact_sheet", "fixed_pixel_canvases", "o2i_matched_box", "o2i_matched_crop",
            "object_bbox", "object_box_crop", "object_o2i", "object_patch", "DEFAULT_DISTANCES", "RenderProtocol",
            "TinyRenderer", "renderer_version"]

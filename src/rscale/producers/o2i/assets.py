@@ -298,3 +298,27 @@ def user_assets(paths, cache_dir, licence: str = "unspecified", ids=None) -> lis
         out.append(Asset(object_id, str(obj), "user", licence, f"given by the user for {path.name}",
                          files_digest(files), color=None if textured else material_color(files), textured=textured))
     return out
+
+
+ASSET_PARAMS = ("kind", "limit", "meshes", "licence")
+
+
+def assets_from_params(params: dict | None, cache_dir) -> list[Asset]:
+    """The object list of a params.yaml section: ``kind`` (all / real / random / none, default
+    all), ``limit`` (first n of those), ``meshes`` (user mesh files, appended) and ``licence``
+    (recorded for the user meshes). Unknown keys are refused by name."""
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(ASSET_PARAMS))
+    if unknown:
+        raise InvalidArgumentError(f"unknown object parameter(s) {unknown} (known: {', '.join(ASSET_PARAMS)})")
+    kind = params.get("kind", "all")
+    out = [] if kind == "none" else pybullet_assets(kind, params.get("limit"))
+    meshes = params.get("meshes") or []
+    if isinstance(meshes, str):
+        meshes = [meshes]
+    if meshes:
+        out += user_assets(meshes, cache_dir, licence=params.get("licence", "unspecified"))
+    if not out:
+        raise InvalidArgumentError("no objects: set kind to all / real / random or list meshes")
+    return out
+

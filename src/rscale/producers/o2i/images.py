@@ -11,7 +11,8 @@ x1, y1 exclusive (PIL's crop convention, as in ``rscale.producers.extract``).
 * :func:`fixed_pixel_canvases` - the fixed-pixel experiment (§4.3, App. D): the object's own
   pixels (tight crop, masked) pasted, byte for byte, at the centre of neutral canvases from 256 to
   1536 px, so only the fraction of the image the object covers changes;
-* :func:`object_box_crop` - the tight object-box crop (the object-box-crop intervention).
+* :func:`object_box_crop` - the tight object-box crop (the object-box-crop intervention);
+* :func:`contact_sheet` - a grid of images (objects x distances) for figures.
 """
 
 from __future__ import annotations
@@ -180,3 +181,20 @@ def fixed_pixel_canvases(rgb: np.ndarray, mask: np.ndarray, sizes=CANVAS_SIZES, 
             f"canvas {too_small[0]} px is smaller than the object ({pmask.shape[1]}x{pmask.shape[0]} px): use "
             f"canvases of at least {max(pmask.shape)} px or object_size <= {min(sizes)}")
     return [paste_on_canvas(patch, pmask, s, background) for s in sizes]
+
+
+def contact_sheet(rows, tile: int = 128, gap: int = 4, background=(255, 255, 255)) -> np.ndarray:
+    """The images of ``rows`` (a list of lists of uint8 (H, W, 3) arrays) resized to tile x tile
+    and laid out in a grid with ``gap`` px between tiles (rows may differ in length)."""
+    rows = [list(r) for r in rows]
+    if not rows or not any(rows):
+        raise InvalidArgumentError("contact sheet: give at least one image")
+    ncol = max(len(r) for r in rows)
+    sheet = np.empty((len(rows) * (tile + gap) - gap, ncol * (tile + gap) - gap, 3), dtype=np.uint8)
+    sheet[:] = np.asarray(background, dtype=np.uint8)
+    for i, r in enumerate(rows):
+        for j, im in enumerate(r):
+            y, x = i * (tile + gap), j * (tile + gap)
+            sheet[y:y + tile, x:x + tile] = _resize(np.asarray(im, dtype=np.uint8), (tile, tile))
+    return sheet
+
