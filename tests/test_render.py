@@ -425,6 +425,14 @@ def test_bad_input_is_one_clear_error_and_nothing_is_written(tmp_path, name, cal
     assert sorted(tmp_path.rglob("*")) == before                  # no manifest, no render, no temp file
 
 
+def test_a_mesh_pybullet_cannot_draw_is_refused_by_name(tmp_path):
+    trimesh.creation.box().export(tmp_path / "box.glb")       # trimesh reads it, pybullet's loader does not
+    ghost = o2i.Asset("ghost", str(tmp_path / "box.glb"), "user", "CC0-1.0", "test", "sha256:0")
+    with TinyRenderer() as r:
+        with pytest.raises(InvalidArgumentError, match="'ghost' covers no pixel at distance 3.5"):
+            r.render_distances(ghost, RenderProtocol(**TINY))
+
+
 def test_a_bad_mesh_in_a_list_stops_before_anything_is_rendered(tmp_path):
     bad = real("bunny")[0].__class__(**{**real("bunny")[0].__dict__, "id": "ghost", "path": str(tmp_path / "g.obj")})
     with TinyRenderer() as r:

@@ -219,8 +219,9 @@ class TinyRenderer:
 def _check_frame(asset: Asset, distance: float, mask: np.ndarray, protocol: RenderProtocol) -> None:
     if not mask.any():
         raise InvalidArgumentError(f"object '{asset.id}' covers no pixel at distance {distance:g} "
-                                   f"({protocol.resolution}x{protocol.resolution}): use a higher resolution or "
-                                   f"smaller distances, or drop the object")
+                                   f"({protocol.resolution}x{protocol.resolution}): pybullet could not draw its mesh "
+                                   f"({asset.path}), or it is too thin to cover a pixel; re-export the mesh as OBJ, "
+                                   "use a higher resolution or smaller distances, or drop the object")
     if touches_border(mask):
         raise InvalidArgumentError(
             f"object '{asset.id}' is clipped at distance {distance:g} (its mask touches the image border). "
