@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE=1
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[test,pipeline,score,extract,lineage]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test,pipeline,score,extract,lineage,o2i]'
 	touch $@
 
 # The main job: the DVC pipeline fills ./registry for the simulated backbones in params.yaml,
