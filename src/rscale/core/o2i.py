@@ -1,0 +1,268 @@
+"""Analyses of the controlled object-to-image (O2I) benchmark (O2I paper, sections 3-4, App. C-F, P).
+
+Pure numpy: descriptors in, arrays out. The benchmark's descriptors are one array
+``desc[object, distance, dim]``: every object rendered at the same ``distances`` (camera
+distances, ascending or not), viewpoint, light and background fixed.
+
+Cross-distance retrieval (:func:`cross_distance`, section 3.2). For an ordered pair of distinct
+distances (d_q, d_t), object i's render at d_q queries a gallery holding its own render at d_t
+(the one positive) and every other object's renders at all distances (the distractors); object
+i's renders at the other distances are masked. The positive's rank is
+
+    r_i = 1 + #{(j, k): j != i, s(q_i, g_jk) >= s(q_i, g_it)}
+
+(pessimistic ties: a distractor tied with the positive ranks above it, as in rscale.core.metrics),
+so R@k = mean(r <= k), MRR = mean(1 / r) and, with one positive, AP = 1 / r. Scores are dot
+products (cosines for L2-normalised descriptors). Example: 2 objects, distances (1, 2), query
+(0, d=1) scoring its own d=2 render 0.9 and object 1's renders 0.95 and 0.5 has rank 2.
+
+Decomposition (:func:`decompose`, section 4.2, App. C): alpha = raw cross-distance R@1,
+beta = R@1 with O2I-matched crops upsampled to the native input size (computed by the caller with
+:func:`positive_ranks` on the matched descriptors), gamma = 1 - alpha (the raw failure),
+delta = 1 - beta (the resolution-only residual), epsilon = delta / gamma (the resolution share).
+
+Fixed-pixel canvas (:func:`canvas_cosine_matrix`, section 4.3, App. D), asymmetry
+(:func:`asymmetry`, section 4.4, App. E-F) and O2I stratification of a real benchmark
+(:func:`stratify`, section 5.3, App. P) follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rscale.errors import InvalidArgumentError
+
+DEFAULT_KS = (1, 5, 10)
+
+
+def _check_desc(desc) -> np.ndarray:
+    desc = np.asarray(desc)
+    if desc.ndim != 3:
+        raise InvalidArgumentError(f"descriptors must be an (objects, distances, dim) array, got shape {desc.shape}")
+    if desc.shape[0] < 2:
+        raise InvalidArgumentError(f"cross-distance retrieval needs at least 2 objects, got {desc.shape[0]}")
+    if desc.shape[1] < 2:
+        raise InvalidArgumentError(f"cross-distance retrieval needs at least 2 distances, got {desc.shape[1]}")
+    if not np.issubdtype(desc.dtype, np.floating):
+        desc = desc.astype(np.float32)
+    return desc
+
+
+def _check_distances(distances, n: int) -> np.ndarray:
+    d = np.asarray(distances, dtype=np.float64)
+    if d.shape != (n,):
+        raise InvalidArgumentError(f"expected {n} distances (one per render), got {d.size}")
+    if np.any(~np.isfinite(d)) or np.any(d <= 0):
+        raise InvalidArgumentError(f"distances must be finite and > 0, got {d.tolist()}")
+    if np.unique(d).size != n:
+        raise InvalidArgumentError(f"distances must be distinct, got {d.tolist()}")
+    return d
+
+
+def positive_ranks(queries, gallery, targets, block: int = 512) -> np.ndarray:
+    """Rank of each query's positive in the masked cross-distance gallery.
+
+    ``queries`` (O, D): object i's query descriptor. ``gallery`` (O, V, D): every object's renders
+    (V views, e.g. distances). ``targets``: one view index or a sequence of T of them.
+    Query i's positive for target t is ``gallery[i, t]``; all of object i's other views are
+    masked; ``gallery[j, :]`` for j != i are distractors. Returns int64 ranks (T, O) (or (O,)
+    for a single target), 1-based, ties pessimistic. Work is one (block x O*V) GEMM per row
+    block and a comparison per target: O(O^2 V D) flops, O(block O V) memory.
+    """
+    q = np.asarray(queries)
+    g = np.asarray(gallery)
+    if g.ndim != 3 or q.ndim != 2 or q.shape[0] != g.shape[0] or q.shape[1] != g.shape[2]:
+        raise InvalidArgumentError(f"queries (O, D) and gallery (O, V, D) do not fit: {q.shape} and {g.shape}")
+    single = np.ndim(targets) == 0
+    t = np.atleast_1d(np.asarray(targets, dtype=np.int64))
+    n_obj, n_view, dim = g.shape
+    if np.any((t < 0) | (t >= n_view)):
+        raise InvalidArgumentError(f"target views must be in 0..{n_view - 1}, got {t.tolist()}")
+    dtype = np.result_type(q.dtype, g.dtype, np.float32)
+    flat = np.ascontiguousarray(g.reshape(n_obj * n_view, dim), dtype=dtype)
+    q = np.ascontiguousarray(q, dtype=dtype)
+    ranks = np.empty((t.size, n_obj), dtype=np.int64)
+    for a in range(0, n_obj, block):
+        b = min(a + block, n_obj)
+        s = (q[a:b] @ flat.T).reshape(b - a, n_obj, n_view)
+        rows = np.arange(b - a)
+        pos = s[rows, np.arange(a, b)][:, t]                     # (rows, T) positive scores
+        s[rows, np.arange(a, b)] = -np.inf                       # the query object's renders leave the gallery
+        s = s.reshape(b - a, n_obj * n_view)
+        for ti in range(t.size):
+            ranks[ti, a:b] = 1 + np.count_nonzero(s >= pos[:, ti:ti + 1], axis=1)
+    return ranks[0] if single else ranks
+
+
+@dataclass(frozen=True)
+class CrossDistance:
+    """Cross-distance retrieval of one backbone: per ordered pair, per query, the positive's rank."""
+
+    distances: np.ndarray          # (V,) camera distances, in the descriptors' order
+    pairs: np.ndarray              # (P, 2) int: (query view, target view), all ordered pairs q != t
+    ranks: np.ndarray              # (P, O) int64, 1-based
+
+    @property
+    def ratio(self) -> np.ndarray:
+        """d_q / d_t per pair (Fig. 2's x axis)."""
+        return self.distances[self.pairs[:, 0]] / self.distances[self.pairs[:, 1]]
+
+    def recall(self, k: int) -> np.ndarray:
+        """R@k per pair."""
+        return (self.ranks <= k).mean(axis=1)
+
+    def hits(self, k: int) -> np.ndarray:
+        """(P, O) per-query hits at k (0/1), the input of McNemar's test."""
+        return (self.ranks <= k).astype(np.float64)
+
+    def reciprocal_ranks(self) -> np.ndarray:
+        """(P, O) per-query 1 / rank = AP with one positive (the input of the paired t-test)."""
+        return 1.0 / self.ranks
+
+    def mrr(self) -> np.ndarray:
+        return self.reciprocal_ranks().mean(axis=1)
+
+    def pair_index(self, q: int, t: int) -> int:
+        hit = np.flatnonzero((self.pairs[:, 0] == q) & (self.pairs[:, 1] == t))
+        if hit.size == 0:
+            raise InvalidArgumentError(f"no ordered pair ({q}, {t}) among the evaluated pairs")
+        return int(hit[0])
+
+    def table(self, ks=DEFAULT_KS) -> dict:
+        """Column arrays, one row per ordered pair: d_q, d_t, ratio, R@k..., MRR."""
+        out = {"d_q": self.distances[self.pairs[:, 0]], "d_t": self.distances[self.pairs[:, 1]],
+               "ratio": self.ratio}
+        for k in ks:
+            out[f"R@{k}"] = self.recall(k)
+        out["MRR"] = self.mrr()
+        return out
+
+
+def cross_distance(desc, distances, block: int = 512) -> CrossDistance:
+    """Cross-distance retrieval over every ordered pair of distinct distances (module docstring).
+
+    ``desc`` (O, V, D): object o's render at distance v. One GEMM per query distance against the
+    whole (O*V) gallery, shared by its V - 1 targets: 3,000 objects x 5 distances x 1280-d is one
+    15k x 15k similarity (benchmarks/o2i_eval_speed.py).
+    """
+    desc = _check_desc(desc)
+    d = _check_distances(distances, desc.shape[1])
+    n_view = desc.shape[1]
+    pairs, ranks = [], []
+    for q in range(n_view):
+        targets = [t for t in range(n_view) if t != q]
+        ranks.append(positive_ranks(desc[:, q], desc, targets, block=block))
+        pairs += [(q, t) for t in targets]
+    return CrossDistance(d, np.asarray(pairs, dtype=np.int64), np.concatenate(ranks))
+
+
+def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = 6) -> dict:
+    """R@k against d_q / d_t (paper Fig. 2): pairs with the same ratio (to ``decimals``) averaged.
+
+    Returns {"ratio", "R@k", "pairs"} sorted by ratio, with the self-retrieval point left out
+    (every pair here has d_q != d_t).
+    """
+    r = np.round(cd.ratio, decimals)
+    uniq, inv = np.unique(r, return_inverse=True)
+    rec = cd.recall(k)
+    return {"ratio": uniq, f"R@{k}": np.bincount(inv, weights=rec) / np.bincount(inv),
+            "pairs": np.bincount(inv)}
+
+
+# ---- decomposition (section 4.2) -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decomposition:
+    alpha: np.ndarray      # raw cross-distance R@1
+    beta: np.ndarray       # R@1 with O2I-matched crops
+    gamma: np.ndarray      # 1 - alpha: raw failure
+    delta: np.ndarray      # 1 - beta: resolution-only residual
+    epsilon: np.ndarray    # delta / gamma: resolution share (NaN where undefined)
+    notes: tuple = field(default_factory=tuple)   # per entry: "" or why epsilon is NaN / outside [0, 1]
+
+
+def decompose(alpha, beta) -> Decomposition:
+    """gamma = 1 - alpha, delta = 1 - beta, epsilon = delta / gamma, elementwise (per pair).
+
+    epsilon is undefined when gamma = 0 (no raw failure: nothing to attribute): NaN, with the
+    reason in ``notes``. It is not clipped: beta < alpha (matching the crop hurt more than the
+    mismatch) gives epsilon > 1, and the note says so. Example: alpha 0.2, beta 0.9 ->
+    gamma 0.8, delta 0.1, epsilon 0.125 (one eighth of the failure is resolution).
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    b = np.asarray(beta, dtype=np.float64)
+    if a.shape != b.shape:
+        raise InvalidArgumentError(f"alpha and beta must have the same shape, got {a.shape} and {b.shape}")
+    if np.any((a < 0) | (a > 1)) or np.any((b < 0) | (b > 1)):
+        raise InvalidArgumentError("alpha and beta are R@1 values and must lie in [0, 1]")
+    gamma, delta = 1.0 - a, 1.0 - b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.where(gamma > 0, delta / np.where(gamma > 0, gamma, 1.0), np.nan)
+    notes = []
+    for g, e in zip(np.ravel(gamma), np.ravel(eps)):
+        if g == 0:
+            notes.append("undefined: alpha = 1, no raw failure to attribute")
+        elif e > 1:
+            notes.append("beta < alpha: the matched crops failed more than the raw mismatch")
+        else:
+            notes.append("")
+    return Decomposition(a, b, gamma, delta, eps, tuple(notes))
+
+
+# ---- fixed-pixel canvas (section 4.3) ------------------------------------------------------------
+
+def canvas_cosine_matrix(desc) -> np.ndarray:
+    """Mean over objects of cos(desc[i, a], desc[i, b]): (C, C) for C canvas sizes.
+
+    ``desc`` (O, C, D): object i's byte-identical pixels pasted on canvas a. Rows are normalised
+    here, so raw descriptors are fine. The diagonal is 1.
+    """
+    desc = np.asarray(desc, dtype=np.float64)
+    if desc.ndim != 3 or desc.shape[0] < 1:
+        raise InvalidArgumentError(f"descriptors must be an (objects, canvases, dim) array, got shape {desc.shape}")
+    norm = np.linalg.norm(desc, axis=2, keepdims=True)
+    if np.any(norm == 0):
+        raise InvalidArgumentError("a descriptor is all zeros; its cosine is undefined")
+    u = desc / norm
+    return np.einsum("iad,ibd->ab", u, u) / desc.shape[0]
+
+
+# ---- asymmetry (section 4.4, App. E-F) -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Asymmetry:
+    """Tight query (closer than its target) against wide query (farther), on equal mismatches."""
+
+    mrr_tight_query: float         # MRR over the ordered pairs with d_q < d_t
+    mrr_wide_query: float          # MRR over the pairs with d_q > d_t
+    difference: float              # tight - wide
+    favoured: str                  # "tight query", "wide query" or "neither"
+    magnitude: np.ndarray          # curve x: |log(d_q / d_t)|, unique values ascending
+    curve_tight_query: np.ndarray  # MRR of tight-query pairs at each magnitude
+    curve_wide_query: np.ndarray
+    per_object_tight: np.ndarray   # (O,) per-object mean RR over the tight-query pairs (paired tests)
+    per_object_wide: np.ndarray
+    n_pairs_each: int
+
+
+def asymmetry(cd: CrossDistance, decimals: int = 6) -> Asymmetry:
+    """MRR of tight-query -> wide-gallery pairs against the reverse (the mirrored pairs).
+
+    "Tight" is the closer camera (the object fills more of the image). Each unordered pair of
+    distances contributes one ordered pair to each side, so both sides average the same
+    mismatch magnitudes |log(d_q / d_t)|; the direction is measured, not assumed.
+    """
+    dq, dt = cd.distances[cd.pairs[:, 0]], cd.distances[cd.pairs[:, 1]]
+    tight, wide = dq < dt, dq > dt
+    rr = cd.reciprocal_ranks()
+    mag = np.round(np.abs(np.log(dq / dt)), decimals)
+    levels = np.unique(mag)
+    ct = np.array([rr[tight & (mag == m)].mean() for m in levels])
+    cw = np.array([rr[wide & (mag == m)].mean() for m in levels])
+    a, b = float(rr[tight].mean()), float(rr[wide].mean())
+    diff = a - b
+    fav = "tight query" if diff > 0 else "wide query" if diff < 0 else "neither"
+    return Asymmetry(a, b, diff, fav, levels, ct, cw, rr[tight].mean(axis=0), rr[wide].mean(axis=0),
+                     int(tight.sum()))

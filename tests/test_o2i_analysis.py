@@ -1,0 +1,188 @@
+"""O2I analyses against brute-force Python loops on small data (rscale.core.o2i)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rscale.core import o2i
+from rscale.errors import InvalidArgumentError
+
+DISTANCES = [1.0, 1.5, 2.2, 3.3]
+
+
+def descriptors(n_obj=9, n_view=4, dim=6, seed=0, noise=0.8, quantise=None):
+    """Objects with a shared identity direction plus view-dependent noise (some ties with quantise)."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n_obj, 1, dim))
+    x = base + noise * rng.standard_normal((n_obj, n_view, dim))
+    if quantise:
+        x = np.round(x * quantise) / quantise
+    return x.astype(np.float64)
+
+
+def brute_rank(desc, i, q, t):
+    """Rank of object i's render at t for its render at q: a loop over the masked gallery."""
+    query = desc[i, q]
+    pos = float(query @ desc[i, t])
+    above = 0
+    for j in range(desc.shape[0]):
+        if j == i:
+            continue                                  # the query object's other renders are masked
+        for k in range(desc.shape[1]):
+            if float(query @ desc[j, k]) >= pos:      # ties rank above the positive
+                above += 1
+    return 1 + above
+
+
+@pytest.mark.parametrize("quantise", [None, 2])
+def test_cross_distance_ranks_match_a_loop(quantise):
+    desc = descriptors(quantise=quantise)
+    cd = o2i.cross_distance(desc, DISTANCES, block=4)           # several row blocks
+    assert cd.ranks.shape == (12, 9)
+    for p, (q, t) in enumerate(cd.pairs):
+        assert q != t
+        want = [brute_rank(desc, i, q, t) for i in range(desc.shape[0])]
+        assert cd.ranks[p].tolist() == want
+    if quantise:                                                 # ties exist and were counted pessimistically
+        s = np.einsum("id,jkd->ijk", desc[:, 0], desc)
+        assert np.any(s[:, None] == s[:, :, None])
+
+
+def test_metrics_per_pair_match_their_definitions():
+    desc = descriptors(n_obj=20, seed=3, noise=1.2)
+    cd = o2i.cross_distance(desc, DISTANCES)
+    tab = cd.table()
+    for p, (q, t) in enumerate(cd.pairs):
+        ranks = [brute_rank(desc, i, q, t) for i in range(20)]
+        assert tab["R@1"][p] == pytest.approx(sum(r <= 1 for r in ranks) / 20)
+        assert tab["R@5"][p] == pytest.approx(sum(r <= 5 for r in ranks) / 20)
+        assert tab["R@10"][p] == pytest.approx(sum(r <= 10 for r in ranks) / 20)
+        assert tab["MRR"][p] == pytest.approx(sum(1 / r for r in ranks) / 20)
+        assert tab["ratio"][p] == pytest.approx(DISTANCES[q] / DISTANCES[t])
+    assert cd.hits(1).shape == (12, 20) and set(np.unique(cd.hits(5))) <= {0.0, 1.0}
+    # one positive: AP@k (rscale.core.metrics) is the reciprocal rank
+    from rscale.core.metrics import ap_at_k
+    p = cd.pair_index(2, 0)
+    ap = ap_at_k(cd.ranks[p], np.arange(21), k=1000)
+    np.testing.assert_allclose(ap, cd.reciprocal_ranks()[p])
+
+
+def test_identity_descriptors_retrieve_perfectly_and_noise_fails():
+    rng = np.random.default_rng(1)
+    ident = rng.standard_normal((30, 1, 16))
+    same = np.repeat(ident, 5, axis=1) + 1e-3 * rng.standard_normal((30, 5, 16))
+    cd = o2i.cross_distance(same, [1, 2, 3, 4, 5])
+    assert np.all(cd.recall(1) == 1.0) and cd.pairs.shape == (20, 2)
+    noise = rng.standard_normal((30, 5, 16))
+    assert o2i.cross_distance(noise, [1, 2, 3, 4, 5]).recall(1).mean() < 0.2
+
+
+def test_recall_by_ratio_averages_pairs_with_the_same_ratio():
+    desc = descriptors(n_obj=15, n_view=3, seed=4)
+    cd = o2i.cross_distance(desc, [1.0, 2.0, 4.0])
+    out = o2i.recall_by_ratio(cd, k=1)
+    r1 = cd.recall(1)
+    by = {}
+    for (q, t), v in zip(cd.pairs, r1):
+        by.setdefault(round([1.0, 2.0, 4.0][q] / [1.0, 2.0, 4.0][t], 6), []).append(v)
+    assert out["ratio"].tolist() == sorted(by)
+    for x, v, n in zip(out["ratio"], out["R@1"], out["pairs"]):
+        assert v == pytest.approx(np.mean(by[round(x, 6)])) and n == len(by[round(x, 6)])
+    assert dict(zip(out["ratio"].tolist(), out["pairs"].tolist()))[2.0] == 2   # 2/1 and 4/2
+
+
+def test_bad_benchmark_shapes_are_refused():
+    with pytest.raises(InvalidArgumentError, match="at least 2 distances"):
+        o2i.cross_distance(np.zeros((4, 1, 3)), [1.0])
+    with pytest.raises(InvalidArgumentError, match="distinct"):
+        o2i.cross_distance(descriptors(n_view=3), [1.0, 2.0, 2.0])
+    with pytest.raises(InvalidArgumentError, match="expected 3 distances"):
+        o2i.cross_distance(descriptors(n_view=3), [1.0, 2.0])
+    with pytest.raises(InvalidArgumentError, match="at least 2 objects"):
+        o2i.cross_distance(np.ones((1, 3, 2)), [1.0, 2.0, 3.0])
+    with pytest.raises(InvalidArgumentError, match="target views"):
+        o2i.positive_ranks(np.ones((3, 2)), np.ones((3, 2, 2)), 5)
+
+
+def test_positive_ranks_on_matched_queries_is_the_decomposition_input():
+    """beta's path: caller-supplied (matched) query descriptors against the benchmark gallery."""
+    desc = descriptors(n_obj=12, seed=5)
+    rng = np.random.default_rng(0)
+    matched = desc[:, 1] + 0.1 * rng.standard_normal(desc[:, 1].shape)
+    ranks = o2i.positive_ranks(matched, desc, 3)
+    for i in range(12):
+        pos = matched[i] @ desc[i, 3]
+        want = 1 + sum(matched[i] @ desc[j, k] >= pos for j in range(12) if j != i for k in range(4))
+        assert ranks[i] == want
+
+
+def test_decomposition_shares_and_undefined_epsilon():
+    alpha = np.array([0.2, 1.0, 0.5, 0.6])
+    beta = np.array([0.9, 1.0, 0.5, 0.4])
+    dec = o2i.decompose(alpha, beta)
+    np.testing.assert_allclose(dec.gamma, [0.8, 0.0, 0.5, 0.4])
+    np.testing.assert_allclose(dec.delta, [0.1, 0.0, 0.5, 0.6])
+    assert dec.epsilon[0] == pytest.approx(0.125) and dec.epsilon[2] == pytest.approx(1.0)
+    assert math.isnan(dec.epsilon[1]) and "undefined" in dec.notes[1]
+    assert dec.epsilon[3] == pytest.approx(1.5) and "beta < alpha" in dec.notes[3]
+    assert dec.notes[0] == "" and dec.notes[2] == ""
+    with pytest.raises(InvalidArgumentError, match="same shape"):
+        o2i.decompose([0.1, 0.2], [0.3])
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 1\]"):
+        o2i.decompose([1.2], [0.3])
+
+
+def test_canvas_cosine_matrix_matches_a_loop():
+    rng = np.random.default_rng(2)
+    desc = rng.standard_normal((7, 5, 8)) * rng.uniform(0.5, 3, (7, 5, 1))     # unnormalised on purpose
+    m = o2i.canvas_cosine_matrix(desc)
+    for a in range(5):
+        for b in range(5):
+            cos = [desc[i, a] @ desc[i, b] / np.linalg.norm(desc[i, a]) / np.linalg.norm(desc[i, b])
+                   for i in range(7)]
+            assert m[a, b] == pytest.approx(np.mean(cos))
+    np.testing.assert_allclose(np.diag(m), 1.0)
+    np.testing.assert_allclose(m, m.T)
+    with pytest.raises(InvalidArgumentError, match="all zeros"):
+        o2i.canvas_cosine_matrix(np.zeros((2, 2, 3)))
+
+
+def test_asymmetry_matches_a_loop_and_measures_the_direction():
+    desc = descriptors(n_obj=25, n_view=4, seed=7, noise=1.0)
+    cd = o2i.cross_distance(desc, DISTANCES)
+    asym = o2i.asymmetry(cd)
+    tight, wide, curve_t, curve_w = [], [], {}, {}
+    for (q, t), ranks in zip(cd.pairs, cd.ranks):
+        rr = list(1.0 / ranks)
+        m = round(abs(math.log(DISTANCES[q] / DISTANCES[t])), 6)
+        if DISTANCES[q] < DISTANCES[t]:
+            tight += rr
+            curve_t.setdefault(m, []).extend(rr)
+        else:
+            wide += rr
+            curve_w.setdefault(m, []).extend(rr)
+    assert asym.n_pairs_each == 6
+    assert asym.mrr_tight_query == pytest.approx(np.mean(tight))
+    assert asym.mrr_wide_query == pytest.approx(np.mean(wide))
+    assert asym.difference == pytest.approx(np.mean(tight) - np.mean(wide))
+    assert asym.magnitude.tolist() == sorted(curve_t) == sorted(curve_w)
+    np.testing.assert_allclose(asym.curve_tight_query, [np.mean(curve_t[m]) for m in sorted(curve_t)])
+    np.testing.assert_allclose(asym.curve_wide_query, [np.mean(curve_w[m]) for m in sorted(curve_w)])
+    assert asym.per_object_tight.shape == (25,)
+    assert asym.per_object_tight.mean() == pytest.approx(asym.mrr_tight_query)
+
+
+@pytest.mark.parametrize("tight_is_clean", [True, False])
+def test_asymmetry_direction_follows_the_data_not_an_assumption(tight_is_clean):
+    """A planted asymmetry: queries from one side are noisy; the favoured side must flip with it."""
+    rng = np.random.default_rng(11)
+    ident = rng.standard_normal((40, 1, 12))
+    scale = np.array([0.2, 0.6, 1.0, 1.4])          # noise grows with distance (index order = distance order)
+    desc = ident + scale[None, :, None] * rng.standard_normal((40, 4, 12))
+    dist = DISTANCES if tight_is_clean else DISTANCES[::-1]
+    asym = o2i.asymmetry(o2i.cross_distance(desc, dist))
+    # only which end is "tight" changes: the measured direction must flip with it
+    flipped = o2i.asymmetry(o2i.cross_distance(desc, dist[::-1]))
+    assert asym.difference == pytest.approx(-flipped.difference)
+    assert asym.favoured != flipped.favoured and asym.favoured in ("tight query", "wide query")
