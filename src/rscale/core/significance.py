@@ -8,7 +8,7 @@
   (|b - c| - 1)^2 / (b + c) on 1 df. No discordant pair: p = 1 (the runs agree on every query).
 - :func:`paired_t`: per-query continuous values (AP, RR): t = mean(d) / (sd(d) / sqrt(n)) on
   d = B - A, n - 1 df, as scipy's ``ttest_rel``. Identical runs (every d = 0): p = 1; a constant
-  non-zero difference (sd = 0): p = 0.
+  non-zero difference (sd = 0 up to rounding, 1e-12 relative): p = 0.
 - :func:`holm`: Holm's step-down adjustment across a family of m p-values:
   p_(i)' = max_{j <= i} min(1, (m - j + 1) p_(j)), p sorted ascending (as statsmodels'
   ``multipletests(method="holm")``).
@@ -122,9 +122,11 @@ def paired_t(values_a, values_b, confidence: float = 0.95, ci: str = "t", seed: 
     a, b = _paired(values_a, values_b, binary=False)
     d = b - a
     sd = float(d.std(ddof=1))
-    if sd == 0.0:
-        t = 0.0 if d[0] == 0 else float(np.sign(d[0]) * np.inf)
-        p = 1.0 if d[0] == 0 else 0.0
+    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):     # constant up to rounding
+        m = float(np.mean(d))
+        zero = abs(m) <= 1e-12
+        t = 0.0 if zero else float(np.sign(m) * np.inf)
+        p = 1.0 if zero else 0.0
     else:
         t = float(d.mean() / (sd / np.sqrt(d.size)))
         p = float(2.0 * stats.t.sf(abs(t), d.size - 1))
