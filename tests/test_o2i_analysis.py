@@ -186,3 +186,77 @@ def test_asymmetry_direction_follows_the_data_not_an_assumption(tight_is_clean):
     flipped = o2i.asymmetry(o2i.cross_distance(desc, dist[::-1]))
     assert asym.difference == pytest.approx(-flipped.difference)
     assert asym.favoured != flipped.favoured and asym.favoured in ("tight query", "wide query")
+
+
+def test_asymmetry_significance_is_a_paired_t_over_objects():
+    from scipy import stats
+    desc = descriptors(n_obj=30, n_view=4, seed=8, noise=1.0)
+    asym = o2i.asymmetry(o2i.cross_distance(desc, DISTANCES))
+    res = o2i.asymmetry_significance(asym)
+    ref = stats.ttest_rel(asym.per_object_tight, asym.per_object_wide)
+    assert res.p_value == pytest.approx(ref.pvalue) and res.effect == pytest.approx(asym.difference)
+
+
+def test_box_o2i_and_query_positive_ratio_match_a_loop():
+    boxes = [[0, 0, 10, 20], [5, 5, 15, 10], [0, 0, 50, 50], [10, 10, 20, 30]]
+    sizes = [[100, 100], [20, 10], [100, 50], [40, 40]]
+    o = o2i.box_o2i(boxes, sizes)
+    np.testing.assert_allclose(o, [200 / 1e4, 50 / 200, 2500 / 5000, 200 / 1600])
+    ratio = o2i.query_positive_ratio([0.5, 0.1], [0.1, 0.3, 0.05], [0, 2, 3])
+    np.testing.assert_allclose(ratio, [0.5 / 0.2, 0.1 / 0.05])
+    with pytest.raises(InvalidArgumentError, match="no positive"):
+        o2i.query_positive_ratio([0.5, 0.1], [0.1, 0.3], [0, 2, 2])
+    with pytest.raises(InvalidArgumentError, match="x2 > x1"):
+        o2i.box_o2i([[5, 5, 5, 10]], [[10, 10]])
+
+
+def test_stratify_matches_a_loop_with_significance():
+    from scipy import stats
+    from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+    from statsmodels.stats.multitest import multipletests
+    rng = np.random.default_rng(4)
+    n = 400
+    ratio = np.exp(rng.normal(np.log(3.0), 1.0, n))
+    base_hit = (rng.random(n) < 0.5).astype(float)
+    # the intervention helps moderate mismatches (ratio 2-10) only
+    helps = (ratio >= 2) & (ratio < 10)
+    new_hit = np.where(helps & (rng.random(n) < 0.3), 1.0, base_hit)
+    base_ap = rng.beta(2, 3, n)
+    new_ap = np.clip(base_ap + np.where(helps, 0.05, 0.0) + rng.normal(0, 0.05, n), 0, 1)
+    res = o2i.stratify(ratio, {"R@1": base_hit, "mAP@1000": base_ap}, {"R@1": new_hit, "mAP@1000": new_ap})
+    assert res.median_ratio == pytest.approx(np.median(ratio))
+    edges = o2i.DEFAULT_RATIO_EDGES
+    pvals = []
+    for row in res.rows:
+        lo, hi = edges[row["bin"]], edges[row["bin"] + 1]
+        sel = [i for i in range(n) if lo <= ratio[i] < hi]
+        assert row["n"] == len(sel) and (row["low"], row["high"]) == (lo, hi)
+        x = (base_hit if row["measure"] == "R@1" else base_ap)[sel]
+        y = (new_hit if row["measure"] == "R@1" else new_ap)[sel]
+        assert row["gain"] == pytest.approx(y.mean() - x.mean())
+        if row["measure"] == "R@1":
+            tab = [[np.sum((x == 1) & (y == 1)), np.sum((x == 1) & (y == 0))],
+                   [np.sum((x == 0) & (y == 1)), np.sum((x == 0) & (y == 0))]]
+            assert row["p_value"] == pytest.approx(sm_mcnemar(tab, exact=True).pvalue)
+        else:
+            assert row["p_value"] == pytest.approx(stats.ttest_rel(y, x).pvalue)
+        pvals.append(row["p_value"])
+    np.testing.assert_allclose([r["p_holm"] for r in res.rows], multipletests(pvals, method="holm")[1])
+    assert res.counts.sum() == n
+    helped = [r for r in res.rows if r["low"] in (2.0, 4.0) and r["measure"] == "R@1"]
+    assert all(r["gain"] > 0 and r["p_holm"] < 0.01 for r in helped)
+    reverse = [r for r in res.rows if r["high"] == 1.0 and r["measure"] == "R@1"][0]
+    assert reverse["gain"] == 0.0 and reverse["p_value"] == 1.0
+
+
+def test_stratify_small_bins_and_bad_input():
+    res = o2i.stratify([0.5, 3.0, 3.5], {"R@1": [1, 0, 1]}, {"R@1": [1, 1, 1]}, edges=[0, 1, 10])
+    first, second = res.rows
+    assert first["n"] == 1 and np.isnan(first["p_value"]) and np.isnan(first["p_holm"])
+    assert second["n"] == 2 and second["p_holm"] == second["p_value"]
+    with pytest.raises(InvalidArgumentError, match="outside the bin edges"):
+        o2i.stratify([0.5, 30.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, edges=[0, 1, 10])
+    with pytest.raises(InvalidArgumentError, match="differ"):
+        o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@5": [1, 1]})
+    with pytest.raises(InvalidArgumentError, match="increasing"):
+        o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, edges=[0, 5, 5])

@@ -34,6 +34,7 @@ import numpy as np
 
 from rscale.errors import InvalidArgumentError
 
+
 DEFAULT_KS = (1, 5, 10)
 
 
@@ -266,3 +267,120 @@ def asymmetry(cd: CrossDistance, decimals: int = 6) -> Asymmetry:
     fav = "tight query" if diff > 0 else "wide query" if diff < 0 else "neither"
     return Asymmetry(a, b, diff, fav, levels, ct, cw, rr[tight].mean(axis=0), rr[wide].mean(axis=0),
                      int(tight.sum()))
+
+
+def asymmetry_significance(asym: Asymmetry, confidence: float = 0.95):
+    """Paired t-test over objects of per-object mean RR, tight-query side against wide-query side.
+
+    Effect = tight - wide (the sign of ``asym.difference``); returns a
+    :class:`rscale.core.significance.PairedTest`.
+    """
+    from rscale.core import significance as sig
+    return sig.paired_t(asym.per_object_wide, asym.per_object_tight, confidence=confidence)
+
+
+# ---- O2I stratification of a real benchmark (section 5.3, App. P) -----------------------------
+
+DEFAULT_RATIO_EDGES = (0.0, 1.0, 2.0, 4.0, 10.0, np.inf)
+
+
+def box_o2i(boxes, image_sizes) -> np.ndarray:
+    """O2I of boxes: (x2 - x1)(y2 - y1) / (width * height); ``boxes`` (n, 4), ``image_sizes`` (n, 2)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    wh = np.asarray(image_sizes, dtype=np.float64).reshape(-1, 2)
+    if b.shape[0] != wh.shape[0]:
+        raise InvalidArgumentError(f"{b.shape[0]} boxes against {wh.shape[0]} image sizes")
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    if np.any(area <= 0) or np.any(wh <= 0):
+        raise InvalidArgumentError("boxes must be x1 y1 x2 y2 with x2 > x1, y2 > y1, on images of positive size")
+    return area / (wh[:, 0] * wh[:, 1])
+
+
+def query_positive_ratio(query_area, positive_area, positive_offsets) -> np.ndarray:
+    """Per query: its box area over the mean box area of its positives (App. P).
+
+    Pass O2I fractions (:func:`box_o2i`) for an image-size-independent ratio, or pixel areas
+    for the paper's literal definition. ``positive_offsets`` (Q + 1,): query q's positives are
+    ``positive_area[off[q]:off[q+1]]``. Above 1: the query's object is larger than in its
+    positives (the usual ILIAS case: tight product shots against in-the-wild photos).
+    """
+    qa = np.asarray(query_area, dtype=np.float64)
+    pa = np.asarray(positive_area, dtype=np.float64)
+    off = np.asarray(positive_offsets, dtype=np.int64)
+    if off.shape != (qa.size + 1,) or off[0] != 0 or off[-1] != pa.size or np.any(np.diff(off) < 0):
+        raise InvalidArgumentError("positive_offsets must run from 0 to the number of positive areas, "
+                                   "one step per query")
+    sizes = np.diff(off)
+    if np.any(sizes == 0):
+        raise InvalidArgumentError(f"query {int(np.flatnonzero(sizes == 0)[0])} has no positive box")
+    if np.any(qa <= 0) or np.any(pa <= 0):
+        raise InvalidArgumentError("box areas must be > 0")
+    mean_pos = np.add.reduceat(pa, off[:-1]) / sizes
+    return qa / mean_pos
+
+
+@dataclass(frozen=True)
+class Stratification:
+    edges: np.ndarray        # bin edges of the query / positive ratio: bin b is [edges[b], edges[b+1])
+    counts: np.ndarray       # queries per bin
+    median_ratio: float
+    rows: list               # one dict per (bin, measure): bin, low, high, n, measure, test, baseline,
+                             # intervention, gain, ci_low, ci_high, p_value, p_holm (Holm over all rows)
+
+
+def _is_binary_measure(name: str) -> bool:
+    return name.startswith(("R@", "hit"))
+
+
+def stratify(ratio, baseline: dict, intervention: dict, edges=DEFAULT_RATIO_EDGES, confidence: float = 0.95) -> Stratification:
+    """Gains of an intervention over the baseline per bin of query / positive O2I ratio.
+
+    ``baseline`` and ``intervention``: {measure name: per-query values}, the same queries in the
+    order of ``ratio``. Measures named ``R@k`` (binary hits) use McNemar's exact test, others
+    (``mAP@k``, ``MRR``) the paired t-test (rscale.core.significance); Holm's correction runs over
+    every (bin, measure) cell with at least 2 queries. Cells with fewer have NaN statistics.
+    """
+    from rscale.core import significance as sig
+
+    r = np.asarray(ratio, dtype=np.float64)
+    e = np.asarray(edges, dtype=np.float64)
+    if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
+        raise InvalidArgumentError(f"bin edges must be increasing, got {e.tolist()}")
+    if np.any(~np.isfinite(r)) or np.any(r <= 0):
+        raise InvalidArgumentError("ratios must be finite and > 0")
+    if set(baseline) != set(intervention):
+        raise InvalidArgumentError(f"baseline measures {sorted(baseline)} differ from intervention measures "
+                                   f"{sorted(intervention)}")
+    for name in baseline:
+        for side, vals in (("baseline", baseline[name]), ("intervention", intervention[name])):
+            if np.shape(vals) != r.shape:
+                raise InvalidArgumentError(f"{side} {name} has {np.size(vals)} values for {r.size} queries")
+    b = np.searchsorted(e, r, side="right") - 1
+    outside = (b < 0) | (b >= e.size - 1)
+    if np.any(outside):
+        raise InvalidArgumentError(f"{int(outside.sum())} ratio(s) fall outside the bin edges "
+                                   f"[{e[0]:g}, {e[-1]:g}), e.g. {r[outside][0]:g}")
+    rows = []
+    for k in range(e.size - 1):
+        sel = b == k
+        for name in sorted(baseline):
+            x, y = np.asarray(baseline[name], float)[sel], np.asarray(intervention[name], float)[sel]
+            binary = _is_binary_measure(name)
+            row = {"bin": k, "low": float(e[k]), "high": float(e[k + 1]), "n": int(sel.sum()), "measure": name,
+                   "test": "mcnemar-exact" if binary else "paired-t",
+                   "baseline": float(x.mean()) if x.size else np.nan,
+                   "intervention": float(y.mean()) if y.size else np.nan}
+            row["gain"] = row["intervention"] - row["baseline"]
+            if x.size >= 2:
+                t = sig.mcnemar(x, y, confidence=confidence) if binary else sig.paired_t(x, y, confidence=confidence)
+                row.update(ci_low=t.ci_low, ci_high=t.ci_high, p_value=t.p_value)
+            else:
+                row.update(ci_low=np.nan, ci_high=np.nan, p_value=np.nan)
+            rows.append(row)
+    ps = np.array([row["p_value"] for row in rows])
+    ok = np.isfinite(ps)
+    adj = np.full(ps.size, np.nan)
+    adj[ok] = sig.holm(ps[ok])
+    for row, p in zip(rows, adj):
+        row["p_holm"] = float(p)
+    return Stratification(e, np.bincount(b, minlength=e.size - 1), float(np.median(r)), rows)
