@@ -130,3 +130,134 @@ def test_t_interval_covers_the_true_difference_about_95_percent():
         r = sig.paired_t(a, b)
         cover += r.ci_low <= 0.03 <= r.ci_high
     assert 0.92 <= cover / 400 <= 0.98
+
+
+# ---- rscale.api.compare ------------------------------------------------------------------------
+
+from rscale.api import compare as cmp  # noqa: E402
+from rscale.core import metrics  # noqa: E402
+from rscale.query.measures import Measure  # noqa: E402
+
+
+def random_run(ids, seed, label, n_pos=3, gallery=200):
+    rng = np.random.default_rng(seed)
+    ranks, sizes = [], []
+    for _ in ids:
+        k = rng.integers(1, n_pos + 1)
+        ranks.append(np.sort(rng.choice(np.arange(1, gallery), size=k, replace=False)))
+        sizes.append(k)
+    return cmp.PerQueryRanks(np.asarray(ids), np.concatenate(ranks), np.concatenate([[0], np.cumsum(sizes)]), label)
+
+
+def test_compare_aligns_queries_and_matches_the_reference_tests():
+    ids = [f"q{i:03d}" for i in range(300)]
+    a = random_run(ids, 0, "A")
+    b = random_run(ids, 1, "B")
+    shuffled = b.subset(np.random.default_rng(2).permutation(300))      # same queries, another order
+    res = cmp.compare(a, shuffled, measures=["R@1", "R@10", "mAP@100", "MRR", "Recall@50"])
+    assert res.n_queries == 300 and (res.label_a, res.label_b) == ("A", "B")
+    rows = {r.measure: r for r in res.rows}
+    # references on the unshuffled runs, per query by brute force
+    def per_query(run, fn):
+        return np.array([fn(run.ranks[run.offsets[q]:run.offsets[q + 1]]) for q in range(run.n_queries)])
+    hit10_a, hit10_b = per_query(a, lambda r: float(r.min() <= 10)), per_query(b, lambda r: float(r.min() <= 10))
+    tab = [[np.sum((hit10_a == 1) & (hit10_b == 1)), np.sum((hit10_a == 1) & (hit10_b == 0))],
+           [np.sum((hit10_a == 0) & (hit10_b == 1)), np.sum((hit10_a == 0) & (hit10_b == 0))]]
+    assert rows["R@10"].p_value == pytest.approx(sm_mcnemar(tab, exact=True).pvalue)
+    assert rows["R@10"].effect == pytest.approx(hit10_b.mean() - hit10_a.mean())
+
+    def ap100(r):
+        r = np.sort(r)
+        return sum((j + 1) / x for j, x in enumerate(r) if x <= 100) / min(len(r), 100)
+    ap_a, ap_b = per_query(a, ap100), per_query(b, ap100)
+    assert rows["mAP@100"].value_a == pytest.approx(ap_a.mean())
+    assert rows["mAP@100"].p_value == pytest.approx(stats.ttest_rel(ap_b, ap_a).pvalue)
+    rr_a, rr_b = per_query(a, lambda r: 1 / r.min()), per_query(b, lambda r: 1 / r.min())
+    assert rows["MRR"].p_value == pytest.approx(stats.ttest_rel(rr_b, rr_a).pvalue)
+    rec_b = per_query(b, lambda r: np.mean(r <= 50))
+    assert rows["Recall@50"].value_b == pytest.approx(rec_b.mean())
+    assert rows["R@1"].test == "mcnemar-exact" and rows["mAP@100"].test == "paired-t"
+    ps = [r.p_value for r in res.rows]
+    np.testing.assert_allclose([r.p_holm for r in res.rows], multipletests(ps, method="holm")[1])
+    d = res.to_dict()
+    assert d["measures"][0]["measure"] == "R@1" and d["ci"] == "t"
+
+
+def test_compare_identical_runs_and_refusals():
+    ids = [f"q{i}" for i in range(20)]
+    a = random_run(ids, 0, "A")
+    same = cmp.compare(a, a, measures=["R@1", "mAP@1000"])
+    assert all(r.effect == 0 and r.p_value == 1.0 and r.p_holm == 1.0 for r in same.rows)
+    other = random_run(ids[:18] + ["x1", "x2"], 1, "B")
+    with pytest.raises(InvalidArgumentError, match=r"different queries: 2 only in A \(e.g. 'q18'\), 2 only in B"):
+        cmp.compare(a, other)
+    with pytest.raises(InvalidArgumentError, match="unknown measure"):
+        cmp.compare(a, a, measures=["nDCG@10"])
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        cmp.compare(a, a, measures=["R@1", "hit@1"])
+    with pytest.raises(InvalidArgumentError, match="appears more than once"):
+        cmp.PerQueryRanks(np.array(["q", "q"]), np.array([1, 2]), np.array([0, 1, 2]))
+    with pytest.raises(InvalidArgumentError, match="cannot compare"):
+        cmp.compare([1, 2], a)
+
+
+def test_compare_two_exact_evaluations_from_rscale_score(tmp_path):
+    """Two `rscale score --fraction 1` runs (simulated descriptor sets, two noise levels)."""
+    from rscale.api.scoring import make_descriptor_sets, score
+    from rscale.score.descriptor_store import DescriptorSet
+    paths = {}
+    for name, noise in (("a", (0.5, 0.5)), ("b", (0.9, 0.9))):
+        root = tmp_path / name
+        make_descriptor_sets(root, instances=40, dim=16, positives=3, distractors=3000, seed=0, noise=noise,
+                             backbone=f"sim_{name}")
+        score(root / "queries", root / "positives", root / "qrels.parquet", root / "distractors",
+              root / "ss.parquet", fraction=1.0, k=50, backend="numpy", lineage=False)
+        paths[name] = root
+    res = cmp.compare(paths["a"] / "ss.parquet", paths["b"] / "ss.parquet", measures=["R@1", "mAP@1000"])
+    # brute force: dense scores over positives + distractors, ranks by rscale.core.metrics
+    ref = {}
+    for name, root in paths.items():
+        load = lambda p: (DescriptorSet.open(p).ids().astype(str),  # noqa: E731
+                          np.concatenate([np.asarray(v) for _, v in DescriptorSet.open(p).shards()]))
+        qid, q = load(root / "queries")
+        pid, p = load(root / "positives")
+        _, d = load(root / "distractors")
+        from rscale.api.scoring import read_qrels
+        rel = read_qrels(root / "qrels.parquet")
+        s = q.astype(np.float32) @ np.concatenate([p, d]).T.astype(np.float32)   # the engine scores in float32
+        labels = np.zeros(s.shape, int)
+        labels[:, :len(pid)] = -1                             # other queries' positives are not in the gallery
+        for i, qi in enumerate(qid):
+            labels[i, [int(np.flatnonzero(pid == x)[0]) for x in rel[qi]]] = 1
+        ranks, off = metrics.ranks_from_scores(s, labels)
+        ref[name] = (metrics.hit_at_k(ranks, off, 1), metrics.ap_at_k(ranks, off, 1000))
+    rows = {r.measure: r for r in res.rows}
+    assert rows["R@1"].value_a == pytest.approx(ref["a"][0].mean())
+    assert rows["R@1"].value_b == pytest.approx(ref["b"][0].mean())
+    assert rows["mAP@1000"].value_a == pytest.approx(ref["a"][1].mean(), rel=1e-6)
+    assert rows["mAP@1000"].p_value == pytest.approx(stats.ttest_rel(ref["b"][1], ref["a"][1]).pvalue, rel=1e-5)
+    assert rows["mAP@1000"].effect < 0                      # more noise, worse retrieval
+    # a sampled evaluation is refused
+    root = paths["a"]
+    score(root / "queries", root / "positives", root / "qrels.parquet", root / "distractors",
+          root / "half.parquet", fraction=0.5, k=50, backend="numpy", lineage=False)
+    with pytest.raises(InvalidArgumentError, match=r"not an exact evaluation \(sampler 'hash\(seed=0\) < 0.5'\)"):
+        cmp.compare(root / "half.parquet", paths["b"] / "ss.parquet")
+
+
+def test_cross_distance_runs_compare_backbones_per_pair():
+    from rscale.core import o2i
+    rng = np.random.default_rng(0)
+    ident = rng.standard_normal((40, 1, 8))
+    good = ident + 0.5 * rng.standard_normal((40, 3, 8))
+    bad = ident + 1.5 * rng.standard_normal((40, 3, 8))
+    cg, cb = o2i.cross_distance(good, [1, 2, 3]), o2i.cross_distance(bad, [1, 2, 3])
+    one = cmp.compare(cmp.PerQueryRanks.from_cross_distance(cb, pair=(0, 2), label="bad"),
+                      cmp.PerQueryRanks.from_cross_distance(cg, pair=(0, 2), label="good"), measures=["R@1"])
+    p = cg.pair_index(0, 2)
+    assert one.rows[0].effect == pytest.approx(cg.recall(1)[p] - cb.recall(1)[p])
+    stacked = cmp.PerQueryRanks.from_cross_distance(cg)
+    assert stacked.n_queries == 6 * 40 and stacked.query_ids[0] == "0@1->2"
+    allp = cmp.compare(cmp.PerQueryRanks.from_cross_distance(cb), stacked, measures=["R@1", "MRR"])
+    assert allp.rows[0].effect == pytest.approx(cg.recall(1).mean() - cb.recall(1).mean())
+    assert allp.rows[0].p_holm < 0.01
