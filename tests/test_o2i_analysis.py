@@ -260,3 +260,43 @@ def test_stratify_small_bins_and_bad_input():
         o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@5": [1, 1]})
     with pytest.raises(InvalidArgumentError, match="increasing"):
         o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, edges=[0, 5, 5])
+
+
+def test_matched_crop_box_matches_the_o2i():
+    x1, y1, x2, y2 = o2i.matched_crop_box((256, 256), (512, 512), 0.04, 0.16)
+    assert (x1, y1, x2, y2) == (128, 128, 384, 384)
+    # the object's pixel area over the crop's area is the nearer O2I
+    assert 0.04 * 512 ** 2 / ((x2 - x1) * (y2 - y1)) == pytest.approx(0.16)
+    # near a border the box shifts inside the image and keeps its size
+    x1, y1, x2, y2 = o2i.matched_crop_box((20, 500), (512, 512), 0.04, 0.16)
+    assert (x1, y2, x2 - x1, y2 - y1) == (0, 512, 256, 256)
+    with pytest.raises(InvalidArgumentError, match="o2i_far <= o2i_near"):
+        o2i.matched_crop_box((1, 1), (512, 512), 0.2, 0.1)
+
+
+def test_matched_cross_distance_replaces_the_farther_side_by_a_loop():
+    desc = descriptors(n_obj=10, n_view=3, seed=9)
+    dist = [2.0, 1.0, 3.0]                         # not sorted: "farther" comes from the distances
+    rng = np.random.default_rng(1)
+    matched = {}
+    for far in range(3):
+        for near in range(3):
+            if dist[far] > dist[near]:
+                matched[(far, near)] = desc[:, far] + 0.3 * rng.standard_normal(desc[:, far].shape)
+    res = o2i.matched_cross_distance(desc, dist, matched)
+    for p, (q, t) in enumerate(res.pairs):
+        for i in range(10):
+            g = desc.copy()
+            query = desc[i, q]
+            if dist[q] > dist[t]:
+                query = matched[(q, t)][i]
+            else:
+                g[:, t] = matched[(t, q)]
+            pos = query @ g[i, t]
+            want = 1 + sum(query @ g[j, k] >= pos for j in range(10) if j != i for k in range(3))
+            assert res.ranks[p, i] == want
+    with pytest.raises(InvalidArgumentError, match=r"no matched crops for views \(2, 1\)"):
+        o2i.matched_cross_distance(desc, dist, {k: v for k, v in matched.items() if k != (2, 1)})
+    # beta from the matched run feeds the decomposition
+    dec = o2i.decompose(o2i.cross_distance(desc, dist).recall(1), res.recall(1))
+    assert dec.epsilon.shape == (6,)

@@ -174,6 +174,64 @@ def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = 6) -> dict:
 
 # ---- decomposition (section 4.2) -----------------------------------------------------------------
 
+def matched_crop_box(center, image_size, o2i_far: float, o2i_near: float) -> tuple[float, float, float, float]:
+    """Square crop of the farther render whose O2I equals the nearer render's.
+
+    Cropping a W x W image to side s = W sqrt(o2i_far / o2i_near) around the object multiplies its
+    O2I by (W / s)^2 = o2i_near / o2i_far; upsampled back to the native input size, the object
+    then fills the image as at the nearer distance, with fewer source pixels (resolution loss
+    only). The box is shifted, not shrunk, to stay inside the image. Returns (x1, y1, x2, y2).
+    Example: a 512 px render with O2I 0.04 matched to 0.16 is cropped to 256 px.
+    """
+    w, h = (float(v) for v in image_size)
+    if w <= 0 or h <= 0 or w != h:
+        raise InvalidArgumentError(f"matched crops need a square render, got {w:g} x {h:g}")
+    if not (0 < o2i_far <= o2i_near <= 1):
+        raise InvalidArgumentError(f"need 0 < o2i_far <= o2i_near <= 1, got {o2i_far:g} and {o2i_near:g}")
+    side = w * float(np.sqrt(o2i_far / o2i_near))
+    cx, cy = (float(v) for v in center)
+    x1 = min(max(cx - side / 2, 0.0), w - side)
+    y1 = min(max(cy - side / 2, 0.0), h - side)
+    return x1, y1, x1 + side, y1 + side
+
+
+def matched_cross_distance(desc, distances, matched: dict, block: int = 512) -> CrossDistance:
+    """Cross-distance retrieval with the farther render of each pair replaced by its O2I-matched crop.
+
+    ``matched[(far, near)]`` (O, D): every object's render at view ``far`` cropped to the O2I of
+    its render at view ``near`` (:func:`matched_crop_box`) and upsampled to the native input size,
+    for each ordered pair of views with distances[far] > distances[near]. For the pair (q, t):
+    when the query is farther, the matched crops are the queries; when the target is farther,
+    they replace the gallery's view t for every object (distractors included). The R@1 of the
+    result is the decomposition's beta.
+    """
+    desc = _check_desc(desc)
+    d = _check_distances(distances, desc.shape[1])
+    n_obj, n_view, dim = desc.shape
+    pairs, ranks = [], []
+    for q in range(n_view):
+        for t in range(n_view):
+            if q == t:
+                continue
+            far, near = (q, t) if d[q] > d[t] else (t, q)
+            if (far, near) not in matched:
+                raise InvalidArgumentError(f"no matched crops for views ({far}, {near}): distance {d[far]:g} "
+                                           f"cropped to the O2I at {d[near]:g}")
+            m = np.asarray(matched[(far, near)])
+            if m.shape != (n_obj, dim):
+                raise InvalidArgumentError(f"matched crops ({far}, {near}) have shape {m.shape}, expected {(n_obj, dim)}")
+            if far == q:
+                r = positive_ranks(m, desc, t, block=block)
+            else:
+                gallery = desc.copy()
+                gallery[:, t] = m
+                r = positive_ranks(desc[:, q], gallery, t, block=block)
+            pairs.append((q, t))
+            ranks.append(r)
+    return CrossDistance(d, np.asarray(pairs, dtype=np.int64), np.stack(ranks))
+
+
+
 @dataclass(frozen=True)
 class Decomposition:
     alpha: np.ndarray      # raw cross-distance R@1
