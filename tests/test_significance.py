@@ -186,7 +186,7 @@ def test_compare_aligns_queries_and_matches_the_reference_tests():
 def test_compare_identical_runs_and_refusals():
     ids = [f"q{i}" for i in range(20)]
     a = random_run(ids, 0, "A")
-    same = cmp.compare(a, a, measures=["R@1", "mAP@1000"])
+    same = cmp.compare(a, a, measures=[Measure("R", 1), "mAP@1000"])
     assert all(r.effect == 0 and r.p_value == 1.0 and r.p_holm == 1.0 for r in same.rows)
     other = random_run(ids[:18] + ["x1", "x2"], 1, "B")
     with pytest.raises(InvalidArgumentError, match=r"different queries: 2 only in A \(e.g. 'q18'\), 2 only in B"):
