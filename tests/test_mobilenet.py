@@ -262,3 +262,27 @@ def test_real_weights_classify_real_photos(real_weights, tmp_path):
     # the photos' top-1 classes where the network is confident
     assert int(clf(pixel_values=proc(images=skimage_data.coffee(), return_tensors="pt")["pixel_values"])
                .logits.argmax()) == ESPRESSO
+
+
+@pytest.mark.slow
+def test_real_backbone_through_extract_gives_unit_1280d_descriptors(real_weights, tmp_path):
+    skimage_data = pytest.importorskip("skimage.data")
+    from PIL import Image
+
+    from rscale.producers import extract as ex
+    ckpt = mb.convert_mobilenet_v2(tmp_path / "mobilenet_v2").path
+    items = []
+    for name in ("chelsea", "coffee", "rocket", "astronaut"):
+        p = tmp_path / f"{name}.png"
+        Image.fromarray(getattr(skimage_data, name)()).save(p)
+        items.append((name, p, None))
+    flipped = tmp_path / "chelsea_flipped.png"
+    Image.fromarray(skimage_data.chelsea()[:, ::-1].copy()).save(flipped)
+    items.append(("chelsea_flipped", flipped, None))
+    ds = ex.extract(items, ckpt, tmp_path / "out", role="queries", pooling="pooled", batch_size=2,
+                    progress=False, lineage=False)
+    vecs = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    assert vecs.shape == (5, 1280) and ds.manifest["model_type"] == "mobilenet_v2"
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    sims = vecs[4] @ vecs[:4].T                     # the mirrored cat is nearest to the cat
+    assert int(np.argmax(sims)) == 0 and sims[0] > 0.9
