@@ -300,3 +300,16 @@ def test_matched_cross_distance_replaces_the_farther_side_by_a_loop():
     # beta from the matched run feeds the decomposition
     dec = o2i.decompose(o2i.cross_distance(desc, dist).recall(1), res.recall(1))
     assert dec.epsilon.shape == (6,)
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 64])
+def test_symmetric_blocked_evaluation_equals_the_per_distance_path(block):
+    """cross_distance (symmetric blocks) against positive_ranks (one GEMM per query distance)."""
+    rng = np.random.default_rng(block)
+    desc = rng.standard_normal((23, 5, 12)).astype(np.float32)
+    cd = o2i.cross_distance(desc, [1, 2, 3, 4, 5], block=block)
+    for q in range(5):
+        targets = [t for t in range(5) if t != q]
+        ref = o2i.positive_ranks(desc[:, q], desc, targets)
+        for t, r in zip(targets, ref):
+            np.testing.assert_array_equal(cd.ranks[cd.pair_index(q, t)], r)
