@@ -261,3 +261,27 @@ def test_cross_distance_runs_compare_backbones_per_pair():
     allp = cmp.compare(cmp.PerQueryRanks.from_cross_distance(cb), stacked, measures=["R@1", "MRR"])
     assert allp.rows[0].effect == pytest.approx(cg.recall(1).mean() - cb.recall(1).mean())
     assert allp.rows[0].p_holm < 0.01
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=30))
+def test_holm_properties(p):
+    adj = sig.holm(p)
+    p = np.asarray(p)
+    assert np.all(adj >= p - 1e-15) and np.all(adj <= 1)
+    order = np.argsort(p, kind="stable")
+    assert np.all(np.diff(adj[order]) >= -1e-15)          # the ordering of p-values is kept
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=2, max_size=60))
+def test_mcnemar_is_symmetric_in_its_runs(pairs):
+    a = np.array([x for x, _ in pairs], float)
+    b = np.array([y for _, y in pairs], float)
+    ab, ba = sig.mcnemar(a, b), sig.mcnemar(b, a)
+    assert ab.p_value == pytest.approx(ba.p_value) and ab.effect == pytest.approx(-ba.effect)
+    assert 0 <= ab.p_value <= 1 and ab.ci_low <= ab.effect + 1e-12 <= ab.ci_high + 2e-12
