@@ -286,3 +286,24 @@ def test_real_backbone_through_extract_gives_unit_1280d_descriptors(real_weights
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
     sims = vecs[4] @ vecs[:4].T                     # the mirrored cat is nearest to the cat
     assert int(np.argmax(sims)) == 0 and sims[0] > 0.9
+
+
+def test_a_concurrent_conversion_of_the_same_source_is_kept(tmp_path, monkeypatch):
+    """Another process renames its folder into place between our build and our rename."""
+    import os
+    src = tmp_path / "tiny.pth"
+    torch.save(torchvision_layout(), src)
+    out = tmp_path / "ckpt"
+    real_replace, calls = os.replace, []
+
+    def racing(a, b):
+        if not calls:
+            calls.append(b)
+            mb.convert_mobilenet_v2(out, src, config=tiny_config())     # the competitor wins the race
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", racing)
+    res = mb.convert_mobilenet_v2(out, src, config=tiny_config())
+    assert calls and not res.written
+    assert mb.convert_mobilenet_v2(out, src, config=tiny_config()).written is False
+    assert not list(tmp_path.glob(".ckpt.*"))

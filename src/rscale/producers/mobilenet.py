@@ -248,12 +248,19 @@ def convert_mobilenet_v2(out_dir, source=None, *, config=None, source_label: dic
                     "origin": WEIGHTS_ORIGIN, "licence": LICENCE, "files": files,
                     "output": {"pooled_dim": int(model.conv_1x1.convolution.out_channels)}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
         for p in tmp.iterdir():
             p.chmod(0o644)
         tmp.chmod(0o755)
-        os.replace(tmp, out)
+        if out.exists():
+            shutil.rmtree(out)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            # another process converted the same source meanwhile: keep its folder
+            if _up_to_date(out, source_sha) is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            return Conversion(out, _up_to_date(out, source_sha), written=False)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
