@@ -313,3 +313,36 @@ def test_symmetric_blocked_evaluation_equals_the_per_distance_path(block):
         ref = o2i.positive_ranks(desc[:, q], desc, targets)
         for t, r in zip(targets, ref):
             np.testing.assert_array_equal(cd.ranks[cd.pair_index(q, t)], r)
+
+
+def test_tables_for_the_report():
+    from scipy import stats
+    from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+    from statsmodels.stats.multitest import multipletests
+    rng = np.random.default_rng(3)
+    ident = rng.standard_normal((30, 1, 10))
+    base = ident + 1.2 * rng.standard_normal((30, 3, 10))
+    better = ident + 0.6 * rng.standard_normal((30, 3, 10))
+    cb, ci = o2i.cross_distance(base, [1, 2, 3]), o2i.cross_distance(better, [1, 2, 3])
+    tab = o2i.intervention_table(cb, ci, ks=(1, 5))
+    pvals = []
+    for p in range(6):
+        x, y = cb.hits(1)[p], ci.hits(1)[p]
+        assert tab["R@1_gain"][p] == pytest.approx(y.mean() - x.mean())
+        t2 = [[np.sum((x == 1) & (y == 1)), np.sum((x == 1) & (y == 0))],
+              [np.sum((x == 0) & (y == 1)), np.sum((x == 0) & (y == 0))]]
+        assert tab["R@1_p"][p] == pytest.approx(sm_mcnemar(t2, exact=True).pvalue)
+        rr_b, rr_i = cb.reciprocal_ranks()[p], ci.reciprocal_ranks()[p]
+        if np.ptp(rr_i - rr_b) > 0:
+            assert tab["MRR_p"][p] == pytest.approx(stats.ttest_rel(rr_i, rr_b).pvalue)
+    pvals = np.concatenate([tab["R@1_p"], tab["R@5_p"], tab["MRR_p"]])
+    np.testing.assert_allclose(np.concatenate([tab["R@1_p_holm"], tab["R@5_p_holm"], tab["MRR_p_holm"]]),
+                               multipletests(pvals, method="holm")[1])
+    assert tab["MRR_gain"].mean() > 0
+    dec = o2i.decomposition_table(cb, ci)
+    np.testing.assert_allclose(dec["gamma"], 1 - cb.recall(1))
+    np.testing.assert_allclose(dec["delta"], 1 - ci.recall(1))
+    at = o2i.asymmetry_table(o2i.asymmetry(cb))
+    assert at["magnitude"].size == 3 and np.allclose(at["difference"], at["mrr_tight_query"] - at["mrr_wide_query"])
+    with pytest.raises(InvalidArgumentError, match="same objects"):
+        o2i.intervention_table(cb, o2i.cross_distance(better[:20], [1, 2, 3]))

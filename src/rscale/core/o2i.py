@@ -469,3 +469,53 @@ def stratify(ratio, baseline: dict, intervention: dict, edges=DEFAULT_RATIO_EDGE
     for row, p in zip(rows, adj):
         row["p_holm"] = float(p)
     return Stratification(e, np.bincount(b, minlength=e.size - 1), float(np.median(r)), rows)
+
+
+# ---- tables for the registry and the report --------------------------------------------------
+
+def decomposition_table(raw: CrossDistance, matched: CrossDistance) -> dict:
+    """Per ordered pair: d_q, d_t, alpha, beta, gamma, delta, epsilon, note (columns)."""
+    if not (np.array_equal(raw.pairs, matched.pairs) and np.array_equal(raw.distances, matched.distances)):
+        raise InvalidArgumentError("the raw and matched runs must cover the same distances and pairs")
+    dec = decompose(raw.recall(1), matched.recall(1))
+    return {"d_q": raw.distances[raw.pairs[:, 0]], "d_t": raw.distances[raw.pairs[:, 1]], "alpha": dec.alpha,
+            "beta": dec.beta, "gamma": dec.gamma, "delta": dec.delta, "epsilon": dec.epsilon,
+            "note": np.asarray(dec.notes, dtype=object)}
+
+
+def asymmetry_table(asym: Asymmetry) -> dict:
+    """The Fig. 7 curves: per mismatch magnitude |log(d_q/d_t)|, MRR of each direction (columns)."""
+    return {"magnitude": asym.magnitude, "mrr_tight_query": asym.curve_tight_query,
+            "mrr_wide_query": asym.curve_wide_query,
+            "difference": asym.curve_tight_query - asym.curve_wide_query}
+
+
+def intervention_table(baseline: CrossDistance, intervention: CrossDistance, ks=(1,), confidence: float = 0.95) -> dict:
+    """An intervention against the baseline per ordered pair (paired over objects).
+
+    Columns per pair: d_q, d_t, then per measure (R@k for ``ks``, McNemar's exact test; MRR, the
+    paired t-test) baseline, intervention, gain, CI and p, and p_holm with Holm's correction over
+    every (pair, measure) cell.
+    """
+    from rscale.core import significance as sig
+
+    if not (np.array_equal(baseline.pairs, intervention.pairs) and baseline.ranks.shape == intervention.ranks.shape):
+        raise InvalidArgumentError("baseline and intervention must be runs of the same objects and pairs")
+    out = {"d_q": baseline.distances[baseline.pairs[:, 0]], "d_t": baseline.distances[baseline.pairs[:, 1]]}
+    ps = []
+    measures = [(f"R@{k}", lambda cd, k=k: cd.hits(k), sig.mcnemar) for k in ks]
+    measures.append(("MRR", lambda cd: cd.reciprocal_ranks(), sig.paired_t))
+    for name, values, test in measures:
+        va, vb = values(baseline), values(intervention)
+        res = [test(a, b, confidence=confidence) for a, b in zip(va, vb)]
+        out[f"{name}_baseline"] = np.array([r.mean_a for r in res])
+        out[f"{name}_intervention"] = np.array([r.mean_b for r in res])
+        out[f"{name}_gain"] = np.array([r.effect for r in res])
+        out[f"{name}_ci_low"] = np.array([r.ci_low for r in res])
+        out[f"{name}_ci_high"] = np.array([r.ci_high for r in res])
+        out[f"{name}_p"] = np.array([r.p_value for r in res])
+        ps.append(out[f"{name}_p"])
+    adj = sig.holm(np.concatenate(ps)).reshape(len(ps), -1)
+    for (name, _, _), p in zip(measures, adj):
+        out[f"{name}_p_holm"] = p
+    return out
