@@ -346,3 +346,10 @@ def test_tables_for_the_report():
     assert at["magnitude"].size == 3 and np.allclose(at["difference"], at["mrr_tight_query"] - at["mrr_wide_query"])
     with pytest.raises(InvalidArgumentError, match="same objects"):
         o2i.intervention_table(cb, o2i.cross_distance(better[:20], [1, 2, 3]))
+
+
+def test_non_finite_descriptors_are_refused_not_ranked_first():
+    desc = descriptors(n_obj=4, n_view=3)
+    desc[2, 1, 0] = np.nan
+    with pytest.raises(InvalidArgumentError, match="object 2 at distance index 1 is not finite"):
+        o2i.cross_distance(desc, [1, 2, 3])

@@ -18,7 +18,7 @@ products (cosines for L2-normalised descriptors). Example: 2 objects, distances 
 
 Decomposition (:func:`decompose`, section 4.2, App. C): alpha = raw cross-distance R@1,
 beta = R@1 with O2I-matched crops upsampled to the native input size (computed by the caller with
-:func:`positive_ranks` on the matched descriptors), gamma = 1 - alpha (the raw failure),
+:func:`matched_cross_distance` on the descriptors of :func:`matched_crop_box` crops), gamma = 1 - alpha (the raw failure),
 delta = 1 - beta (the resolution-only residual), epsilon = delta / gamma (the resolution share).
 
 Fixed-pixel canvas (:func:`canvas_cosine_matrix`, section 4.3, App. D), asymmetry
@@ -48,6 +48,9 @@ def _check_desc(desc) -> np.ndarray:
         raise InvalidArgumentError(f"cross-distance retrieval needs at least 2 distances, got {desc.shape[1]}")
     if not np.issubdtype(desc.dtype, np.floating):
         desc = desc.astype(np.float32)
+    if not np.all(np.isfinite(desc)):
+        bad = np.argwhere(~np.isfinite(desc))[0]
+        raise InvalidArgumentError(f"descriptor of object {bad[0]} at distance index {bad[1]} is not finite (NaN or inf)")
     return desc
 
 
