@@ -40,7 +40,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 POOLINGS = ("cls", "mean", "pooled")
 _CLASSES = {"vit": "ViTModel", "dinov2": "Dinov2Model", "clip": "CLIPVisionModel",
             "clip_vision_model": "CLIPVisionModel", "siglip": "SiglipVisionModel",
-            "siglip_vision_model": "SiglipVisionModel", "dinov3_vit": "AutoModel"}
+            "siglip_vision_model": "SiglipVisionModel", "dinov3_vit": "AutoModel",
+            "mobilenet_v2": "MobileNetV2Model"}
 
 
 def _torch():
@@ -100,9 +101,10 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
         mean, std = tuple(p.get("image_mean", mean)), tuple(p.get("image_std", std))
     res = int(resolution or getattr(vcfg, "image_size", 224))
     prefix = 1 + int(getattr(vcfg, "num_register_tokens", 0) or 0)
-    if model_type.startswith("siglip"):
-        prefix = 0                    # SigLIP has no CLS token: all tokens are patches
-    return Backbone(model, model_type, res, mean, std, device, dtype, int(vcfg.patch_size), prefix)
+    if model_type.startswith("siglip") or model_type == "mobilenet_v2":
+        prefix = 0                    # SigLIP has no CLS token: all tokens are patches; a CNN has none
+    patch = int(getattr(vcfg, "patch_size", None) or getattr(vcfg, "output_stride", 1))  # a CNN: its stride
+    return Backbone(model, model_type, res, mean, std, device, dtype, patch, prefix)
 
 
 def to_pixels(bb: Backbone, images) -> object:
@@ -136,6 +138,8 @@ def embed(bb: Backbone, pixels, pooling: str = "cls", attention_mask=None) -> np
         if bb.prefix_tokens == 0:
             raise InvalidArgumentError(f"{bb.model_type} has no CLS token; use pooling 'pooled' or 'mean'")
         v = out.last_hidden_state[:, 0]
+    elif out.last_hidden_state.ndim == 4:          # a CNN's (B, C, H, W) feature map
+        v = out.last_hidden_state.mean(dim=(2, 3))
     else:
         v = out.last_hidden_state[:, bb.prefix_tokens:].mean(dim=1)
     v = v.float().cpu().numpy()
