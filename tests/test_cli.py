@@ -43,7 +43,7 @@ def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown simulated backbone 'sim-bounded'" in err and "Traceback" not in err
     assert main(["demo", "--n", "0"]) == 2
-    assert "N must be >= 1" in capsys.readouterr().err
+    assert "--n 0: gallery size '0' must be a whole number between 1 and 1e15" in capsys.readouterr().err
     assert main(["check", str(tmp_path / "missing.parquet")]) == 2
     assert "file not found" in capsys.readouterr().err
 

@@ -29,10 +29,12 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # typer's own exits (--help, usage errors)
         return int(exc.code or 0)
     except Exception as exc:
-        # click's usage errors (bad option, missing argument) arrive here in non-standalone mode;
-        # typer vendors click, so recognise them by shape rather than by import.
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+        # click's usage errors (bad option, bad choice, missing argument) arrive here in
+        # non-standalone mode: one line naming the problem and where the help is.
+        if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            print(f"error: {exc.format_message()}{where}", file=sys.stderr)
             return exc.exit_code
         if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)
