@@ -143,3 +143,12 @@ def test_predict_in_pool_flag(tmp_path, capsys):
     assert abs(at_s["value"] - exact) < 1e-12 and pool["value"] <= at_s["value"]
     assert main(["predict", str(h), "--n", "1e5", "--in-pool"]) == 2   # N < S
     assert "N >= S" in capsys.readouterr().err
+
+
+def test_api_demo_is_the_function_after_its_module_loaded():
+    # importing rscale.api.demo (for simulate_sample_stats) bound the package attribute `demo` to the
+    # submodule, so a later api.demo(...) called a module
+    code = ("from rscale import api; api.simulate_sample_stats; "
+            "print(callable(api.demo) and api.demo.__module__ == 'rscale.api.demo')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
