@@ -188,6 +188,7 @@ ROWS = [
     ("sample-stats-is-dir", ["check", "adir"], None, ["adir", "folder", "sample-stats"]),
     ("predict-sample-is-dir", ["predict", H, "--sample", "adir"], None, ["adir", "folder"]),
     ("query-unknown-estimator", ["query", Q + " using foo"], None, ["'foo'", "evt", "count"]),
+    ("query-control-characters", ["query", Q + " on \x1b[2Jbench"], None, ["\\x1b[2Jbench"]),
     ("ids-print-plainly", ["check", "bad.parquet"],
      lambda w: (shutil.copy(w / SS, w / "bad.parquet"),
                 _set_column(w / "bad.parquet", "n_sampled", [5] * 30)),
@@ -234,6 +235,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(base, tmp_path, monkeypatc
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "Traceback" not in err and "np.str_" not in err
+    assert lines[0].isprintable(), lines[0]          # no terminal control characters echoed
     for fragment in fragments:
         assert fragment in lines[0], f"{fragment!r} not in: {lines[0]}"
     assert after == before, sorted(set(after.items()) ^ set(before.items()))

@@ -15,6 +15,7 @@ import sys
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from rscale.cli.app import app  # noqa: E402
+from rscale.cli.output import error  # noqa: E402
 from rscale.errors import RscaleError
 
 
@@ -24,7 +25,7 @@ def main(argv=None) -> int:
         if isinstance(rc, int):  # typer.Exit(code) is returned, not raised, in this mode
             return rc
     except RscaleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        error(str(exc))
         return exc.exit_code
     except SystemExit as exc:  # typer's own exits (--help, usage errors)
         return int(exc.code or 0)
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
         if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
             ctx = getattr(exc, "ctx", None)
             where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            print(f"error: {exc.format_message()}{where}", file=sys.stderr)
+            error(f"{exc.format_message()}{where}")
             return exc.exit_code
         if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)

@@ -106,5 +106,16 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
+def printable(text: str) -> str:
+    """``text`` with non-printable characters (ESC sequences, bidi overrides) escaped, line breaks
+    kept: what a message echoes from the user (a query, a file name) cannot drive the terminal."""
+    return "\n".join("".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in line)
+                     for line in str(text).split("\n"))
+
+
 def warn(text: str) -> None:
-    print(f"warning: {text}", file=sys.stderr)
+    print(f"warning: {printable(text)}", file=sys.stderr)
+
+
+def error(text: str) -> None:
+    print(f"error: {printable(text)}", file=sys.stderr)
