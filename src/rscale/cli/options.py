@@ -34,10 +34,17 @@ def gallery_size(text: str, option: str = "--n") -> int:
         raise InvalidArgumentError(f"{option} {text}: {exc}; write e.g. 1e8, 759k or 100_000_000") from None
 
 
-def positive_int(value: int, option: str, minimum: int = 1) -> int:
-    if value < minimum:
-        raise InvalidArgumentError(f"{option} {value}: give a whole number >= {minimum}")
+def positive_int(value: int, option: str, minimum: int = 1, maximum: int | None = None) -> int:
+    if value < minimum or (maximum is not None and value > maximum):
+        within = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum:,}"
+        raise InvalidArgumentError(f"{option} {value}: give a whole number {within}")
     return value
+
+
+# bounds on work a typo could make unbounded (issue 12): a 95% percentile interval is stable well
+# before 10,000 resamples; a log-N curve needs no more than 1,000 points
+MAX_BOOTSTRAP = 10_000
+MAX_POINTS = 1_000
 
 
 def output_file(path: Path | None, option: str = "--out") -> Path | None:

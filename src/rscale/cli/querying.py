@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import gallery_size, output_file, positive_int, registry_option
+from rscale.cli.options import MAX_BOOTSTRAP, MAX_POINTS, gallery_size, output_file, positive_int, registry_option
 
 QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high", "range_low", "range_high",
                  "estimator", "extrapolation"]
@@ -17,11 +17,12 @@ QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_h
 def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
           registry: Optional[Path] = registry_option(),
           fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV),
-          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the CI (0: values only).")):
+          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the CI (0: values only; "
+                                                  "at most 10,000).")):
     """Answer a query from stored hardness (see the grammar in the README)."""
     from rscale import api
 
-    positive_int(bootstrap, "--bootstrap", minimum=0)
+    positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
     ans = api.query(text, registry=registry, bootstrap=bootstrap)
     if fmt == output.JSON:
         output.print_json(ans)
@@ -63,7 +64,7 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
 
 def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, siglip2_l"'),
           n: str = typer.Option("1e5..1e9", "--n", help="Range of gallery sizes, e.g. 1e5..1e9."),
-          points: int = typer.Option(25, help="Points on the curve (>= 2)."),
+          points: int = typer.Option(25, help="Points on the curve (2 to 1,000)."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Image to write (png, svg, pdf)."),
           fmt: str = output.format_option(output.PLOT, output.JSON, output.CSV,
                                           help="plot (needs --out), json or csv."),
@@ -72,7 +73,7 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
     from rscale import api
     from rscale.errors import InvalidArgumentError
 
-    positive_int(points, "--points", minimum=2)
+    positive_int(points, "--points", minimum=2, maximum=MAX_POINTS)
     output_file(out)
     if fmt == output.PLOT and out is None:
         raise InvalidArgumentError("--format plot needs --out FILE.png (or use --format json/csv)")
