@@ -1,4 +1,6 @@
-"""The ``rscale`` command line: thin typer commands over :mod:`rscale.api`.
+"""The ``rscale`` command line: thin typer commands over :mod:`rscale.api`, one module per
+command group (data, registry, querying, producers; assembled in :mod:`rscale.cli.app`) and one
+for printing (:mod:`rscale.cli.output`).
 
 Every command parses its arguments, calls one API function and prints. An RscaleError becomes
 its message on stderr and a non-zero exit code; users never see a traceback for their own mistakes.

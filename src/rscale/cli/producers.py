@@ -27,7 +27,7 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
     from rscale import api
 
     output_folder(out)
-    summary = api.extract(images, model, out, role=role, layout=layout, crop=crop, pooling=pooling,
+    summary = api.extract(images, model_dir=model, out=out, role=role, layout=layout, crop=crop, pooling=pooling,
                           resolution=resolution, batch_size=batch_size, intervention=intervention,
                           shard_size=shard_size)
     output.print_mapping(summary, fmt)
@@ -69,8 +69,8 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
     from rscale import api
 
     output_file(out)
-    summary = api.score(queries, positives, qrels, distractors, out, fraction=fraction, seed=seed, k=k,
-                        backend=backend)
+    summary = api.score(queries_dir=queries, positives_dir=positives, qrels=qrels, distractors_dir=distractors,
+                        out=out, fraction=fraction, seed=seed, k=k, backend=backend)
     output.print_mapping(summary, fmt)
     if summary.get("drifting"):
         output.warn(summary["drift"])

@@ -112,7 +112,7 @@ def export(name: str = typer.Argument(..., help="NAME[@VERSION] to export."),
     from rscale import api
 
     output_file(out)
-    path, v = api.export(name, out, registry=registry, benchmark=benchmark, estimator=estimator, license=license)
+    path, v = api.export(name, out=out, registry=registry, benchmark=benchmark, estimator=estimator, license=license)
     output.print_message(f"exported {v.ref} [{_series(v)}] to {path}", fmt,
                          {"ref": v.ref, "series": _series(v), "written": str(path)})
 
