@@ -34,9 +34,12 @@ def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'rscale.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rscale.api.{module}"), name)
-    globals()[name] = value
-    return value
+    home = importlib.import_module(f"rscale.api.{module}")
+    # bind every name of that submodule now: importing rscale.api.demo set the package attribute
+    # ``demo`` to the submodule, which would otherwise shadow the function api.demo
+    for other in _HOME[module]:
+        globals()[other] = getattr(home, other)
+    return globals()[name]
 
 
 def __dir__():

@@ -142,5 +142,6 @@ def describe_sample_stats(path) -> dict:
         "K": ss.k,
         "S": f"{int(ss.n_sampled.min()):,}" + ("" if ss.n_sampled.min() == ss.n_sampled.max()
                                               else f"..{int(ss.n_sampled.max()):,}"),
+        "S_min": int(ss.n_sampled.min()), "S_max": int(ss.n_sampled.max()),
         **{k: v for k, v in sorted(ss.meta.items()) if k != "k"},
     }

@@ -22,6 +22,30 @@ def _parse_param(text: str):
     return key.strip(), raw
 
 
+def estimator_params(method: str, params=()) -> dict:
+    """Parsed and checked ``name=value`` estimator parameters (before any work is done)."""
+    from rscale.errors import InvalidArgumentError
+    kwargs = dict(_parse_param(p) for p in params)
+    if method == "evt":
+        from rscale.core.estimators.evt import DEFAULT
+        from rscale.core.estimators.methods import evt_config
+        for key, value in kwargs.items():
+            if not hasattr(DEFAULT, key):
+                continue                                   # evt_config names the unknown ones
+            default = getattr(DEFAULT, key)
+            kinds = {bool: ((bool,), "true or false"), int: ((int,), "whole number"),
+                     float: ((int, float), "number"), str: ((str,), "word")}
+            accepted, what = kinds[type(default)]
+            if not isinstance(value, accepted) or (isinstance(value, bool) and type(default) is not bool):
+                raise InvalidArgumentError(f"estimator parameter {key}={value} must be a {what} "
+                                           f"(e.g. -p {key}={str(default).lower() if type(default) is bool else default})")
+        evt_config(kwargs).check()
+    elif kwargs and method in ("evt-paper", "count"):
+        raise InvalidArgumentError(f"{method} takes no parameters (got {', '.join(sorted(kwargs))}); "
+                                   "vary the method 'evt' with -p name=value instead")
+    return kwargs
+
+
 def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given.
 
@@ -46,14 +70,19 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     from pathlib import Path
 
     from rscale.producers.lineage import digest_file, producer_run
+    kwargs = estimator_params(method, params)
+    if out is not None and Path(out).is_dir():
+        raise InvalidArgumentError(f"the output {out} is a folder; name the hardness file to write "
+                                   f"(e.g. {Path(out) / 'hardness.parquet'})")
     ss = read_sample_stats(sample_stats)
-    kwargs = dict(_parse_param(p) for p in params)
+    # estimate first, then open the run that records the write: a failing estimate leaves no run
+    t = time.perf_counter()
+    est = run(ss, method, **kwargs)
+    secs = time.perf_counter() - t
+    if not isinstance(est, HardnessEstimate):
+        raise InvalidArgumentError(f"'{method}' does not produce per-positive hardness")
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        t = time.perf_counter()
-        est = run(ss, method, **kwargs)
-        secs = time.perf_counter() - t
-        assert isinstance(est, HardnessEstimate)
         written = [str(p) for p in write_hardness(est, ss, out)] if out else []
         if written:
             from rscale.producers.lineage import write_run_sidecar

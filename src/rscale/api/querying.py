@@ -21,6 +21,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     reg = Registry.locate(registry)
     estimator = q.estimator or "evt"
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
+    _known_estimator(estimator, catalog)
     for ref in q.backbones:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     rows, warnings, per_query = [], [], {}
@@ -86,6 +87,19 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
             warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
                             "predictions this far out are not validated")
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def _known_estimator(estimator: str, catalog) -> None:
+    """Refuse an estimator name (``using ...``) that no version in the catalog was made with and
+    that is not an estimator at all, listing the estimators (not the backbones)."""
+    present = sorted({v.estimator for v in catalog})
+    if estimator in present:
+        return
+    from rscale.core.estimators.methods import HARDNESS_METHODS   # only on this error path
+    if estimator not in HARDNESS_METHODS:
+        from rscale.errors import QuerySyntaxError
+        raise QuerySyntaxError(f"unknown estimator {estimator!r} in 'using {estimator}' (estimators: "
+                               f"{', '.join(HARDNESS_METHODS)}; in this registry: {', '.join(present) or 'none'})")
 
 
 # the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,
@@ -161,6 +175,7 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
     ns = np.unique(np.round(np.geomspace(lo_s, hi_s, points)))
     reg = Registry.locate(registry)
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
+    _known_estimator(q.estimator or "evt", catalog)
     for ref in q.backbones:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt")
     series = []

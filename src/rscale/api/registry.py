@@ -97,6 +97,9 @@ def export(name: str, out, registry=None, benchmark=None, estimator=None, licens
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    for kind in ("hardness", "tail", "sample"):     # refuse before the bundle is started
+        if getattr(v, kind):
+            reg.existing_blob(getattr(v, kind), f"{v.ref} ({kind})")
     return export_bundle(reg, v, out, license=license), v
 
 

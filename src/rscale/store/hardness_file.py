@@ -112,6 +112,9 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     path = str(path)
     if not os.path.exists(path):
         raise FormatError("file not found", path=path, hint="pass a hardness Parquet file written by 'rscale estimate'")
+    if os.path.isdir(path):
+        raise FormatError("is a folder, not a hardness table", path=path,
+                          hint="pass the hardness .parquet file written by 'rscale estimate'")
     try:
         # ParquetFile avoids importing pyarrow.dataset (~45 ms) on the query path
         table = pq.ParquetFile(path).read()
@@ -122,7 +125,8 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     if fmt != FORMAT:
         raise FormatError(f"this is a '{fmt or 'plain Parquet'}' file, not a hardness table", path=path,
                           hint="create one with: rscale estimate SAMPLE_STATS --out hardness.parquet")
-    version = int(md.get("rscale.schema_version", "1"))
+    from rscale.store.sample_stats_file import meta_object, schema_version
+    version = schema_version(md, path, "re-run 'rscale estimate' to rewrite it")
     if version != SCHEMA_VERSION:
         raise SchemaVersionError(
             f"hardness schema version {version}; this rscale reads version {SCHEMA_VERSION}", path=path,
@@ -143,7 +147,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
                 row, dup = int(s_), q
                 break
             seen.add(q)
-        raise FormatError(f"rows of query {dup!r} are not contiguous", path=path, column="query_id", row=row,
+        raise FormatError(f"rows of query {str(dup)!r} are not contiguous", path=path, column="query_id", row=row,
                           hint="keep each query's positives together")
     offsets = np.concatenate([starts, [n_rows]]).astype(np.int64)
     x = table.column("x").to_numpy().astype(np.float64)
@@ -156,12 +160,17 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         d = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
         flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
         draws = flat.reshape(n_rows, d if d else flat.size // max(n_rows, 1))
-    n_sampled = table.column("n_sampled").to_numpy().astype(np.int64)[offsets[:-1]]
+    n_sampled_rows = table.column("n_sampled").to_numpy().astype(np.int64)
+    low = np.flatnonzero(n_sampled_rows < 1)
+    if low.size:
+        raise FormatError(f"sample size {int(n_sampled_rows[low[0]])} is below 1", path=path, column="n_sampled",
+                          row=int(low[0]), hint="n_sampled is S, the number of distractors sampled for the query")
+    n_sampled = n_sampled_rows[offsets[:-1]]
     rule = table.column("rule").to_numpy(zero_copy_only=False)
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
-        params=json.loads(md.get("rscale.params", "{}")), draws=draws)
+        params=meta_object(md, path, "rscale.params"), draws=draws)
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"),
             "counts": table.column("count").to_numpy().astype(np.int64),
-            "meta": json.loads(md.get("rscale.meta", "{}")), "path": path}
+            "meta": meta_object(md, path), "path": path}
     return est, info
