@@ -4,6 +4,8 @@ import os
 import tarfile
 from dataclasses import replace
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -547,3 +549,51 @@ def test_reported_ci_reads_whichever_tail_alternatives_a_version_stored():
     # log-N interpolation between stored sizes
     lo, hi = _reported_ci(dsd, new, "mAP@1000", 1e7, 0.5, 0.48, 0.52)
     assert lo == pytest.approx(0.45) and hi == pytest.approx(0.58)
+
+
+def test_a_catalog_row_edited_inside_duckdb_is_caught_by_verify_and_queries(tmp_path):
+    # issue 12 item 7: each version row carries a digest over its content
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    assert reg.verify()["corrupt"] == []
+    with reg.connect(write=True) as con:
+        summary = json.loads(con.execute("SELECT summary FROM versions").fetchone()[0])
+        summary["S_max"] += 1
+        con.execute("UPDATE versions SET summary = ?", [json.dumps(summary, sort_keys=True)])
+    from rscale.store.registry import clear_caches
+    clear_caches()
+    assert reg.verify()["corrupt"] == ["catalog row sim_gaussian@v1 [sim_gaussian/sim-ilias/sim:gaussian/evt]"]
+    with pytest.raises(RegistryError, match="does not match its row digest.*rscale verify"):
+        api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)
+
+
+def test_blob_folder_is_fsynced_after_the_rename_and_before_the_catalog_commit(tmp_path, monkeypatch):
+    # issue 12 item 8: a power loss after the commit must not lose the blob's rename
+    from rscale.store.catalog import Catalog
+
+    events = []
+    real_fsync, real_add = os.fsync, Catalog.add_version
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def add_version(self, *a, **kw):
+        events.append(("commit", None))
+        return real_add(self, *a, **kw)
+
+    h, s = make_files(tmp_path, seed=0)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Catalog, "add_version", add_version)
+    out = api.register(h, s, tmp_path / "reg")
+    monkeypatch.undo()
+    reg = Registry(tmp_path / "reg")
+    v = reg.get(out["ref"].split("@")[0])
+    commit = events.index(("commit", None))
+    for digest in (v.hardness, v.tail, v.sample):
+        folder = str(reg.blob_path(digest).parent.resolve())
+        temp = [i for i, (_, p) in enumerate(events) if p and Path(p).parent == Path(folder)
+                and Path(p).name.startswith("." + digest.split(":")[1])]
+        assert temp and temp[0] < commit                                   # the content, before its rename
+        assert any(temp[0] < i < commit for i, e in enumerate(events) if e == ("fsync", folder))   # the rename

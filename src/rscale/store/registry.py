@@ -177,10 +177,18 @@ class Registry:
                 catalog: list[Version] | None = None) -> list[Version]:
         """Versions matching a name or glob, a version (vN or tag; default latest) and filters
         (resolution.py); pass ``catalog`` to resolve many names over one catalog read."""
-        return resolve(self.versions() if catalog is None else catalog, name, version, benchmark, source, estimator)
+        found = resolve(self.versions() if catalog is None else catalog, name, version, benchmark, source, estimator)
+        return [self._checked_row(v) for v in found]
 
     def get(self, name, version=None, benchmark=None, source=None, estimator=None) -> Version:
-        return resolve_one(self.versions(), name, version, benchmark, source, estimator)
+        return self._checked_row(resolve_one(self.versions(), name, version, benchmark, source, estimator))
+
+    def _checked_row(self, v: Version) -> Version:
+        """A version whose catalog row still matches its row digest (rows of a version-1 catalog have none)."""
+        if v.row_digest is not None and not v.sealed():
+            raise RegistryError(f"the catalog row of {v.ref} [{'/'.join(v.series)}] does not match its row digest "
+                                f"(edited or damaged): run 'rscale verify' and restore {self.catalog.path.name}")
+        return v
 
     # -- integrity -------------------------------------------------------------------------
     def verify(self) -> dict:
