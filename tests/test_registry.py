@@ -597,3 +597,24 @@ def test_blob_folder_is_fsynced_after_the_rename_and_before_the_catalog_commit(t
                 and Path(p).name.startswith("." + digest.split(":")[1])]
         assert temp and temp[0] < commit                                   # the content, before its rename
         assert any(temp[0] < i < commit for i, e in enumerate(events) if e == ("fsync", folder))   # the rename
+
+
+def test_gc_command_is_a_dry_run_until_applied(tmp_path, capsys):
+    from rscale.cli import main
+
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    (reg_root / ".import-killed").mkdir()
+    (reg_root / ".import-killed" / "part").write_bytes(b"z" * 2_000_000)
+    capsys.readouterr()
+    assert main(["gc", "-r", str(reg_root), "--grace", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("would free 1 leftover(s), 2.0 MB") and "--apply" in out
+    assert (reg_root / ".import-killed").exists()
+    assert main(["verify", "-r", str(reg_root)]) == 0          # leftovers are not damage
+    capsys.readouterr()
+    assert main(["gc", "-r", str(reg_root), "--grace", "0", "--apply", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"bytes": 2_000_000, "dry_run": False, "freed": [".import-killed"], "kept": []}
+    assert not (reg_root / ".import-killed").exists()
+    assert main(["gc", "-r", str(reg_root), "--grace", "-1"]) == 2

@@ -509,3 +509,10 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
 
     typer.echo(api.extract(images, model, out, role, layout, crop, pooling, resolution, batch_size,
                            intervention, shard_size))
+
+
+# rscale gc lives in its own module (cli/gc.py: COMMANDS, like the command-group modules)
+from rscale.cli.gc import COMMANDS as _GC_COMMANDS  # noqa: E402
+
+for _name, _command in _GC_COMMANDS.items():
+    app.command(_name)(_command)
