@@ -56,7 +56,8 @@ def test_a_blob_swapped_or_linked_to_another_versions_is_refused_in_the_same_pro
     tmp = p1.with_name("swap")
     tmp.write_bytes(p2.read_bytes())
     os.replace(tmp, p1)                                              # v2's bytes under v1's name
-    with pytest.raises(RegistryError, match=r"\(hardness of sim_gaussian@v1\) corrupt: (its bytes do not hash|\d+ bytes, the catalog records)"):
+    swapped = r"\(hardness of sim_gaussian@v1\) corrupt: (its bytes do not hash|\d+ bytes, the catalog records)"
+    with pytest.raises(RegistryError, match=swapped):
         api.query(Q, reg_root, bootstrap=0)
     p1.unlink()
     os.symlink(p2, p1)                                               # or a link to v2's blob

@@ -618,3 +618,26 @@ def test_gc_command_is_a_dry_run_until_applied(tmp_path, capsys):
     assert out == {"bytes": 2_000_000, "dry_run": False, "freed": [".import-killed"], "kept": []}
     assert not (reg_root / ".import-killed").exists()
     assert main(["gc", "-r", str(reg_root), "--grace", "-1"]) == 2
+
+
+def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
+    # issue 11: export of a version whose blob was deleted; verify with a blob replaced by a
+    # folder; -r naming a file
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    p = reg.blob_path(v.tail)
+    os.chmod(p, 0o644)
+    p.unlink()
+    with pytest.raises(RegistryError, match="missing.*rscale verify"):
+        api.export("sim_gaussian", tmp_path / "b.tar", reg_root)
+    assert not (tmp_path / "b.tar").exists()
+    p.mkdir()
+    report = api.verify(reg_root)
+    assert report["corrupt"] == [v.tail] and report["missing"] == []
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    for call in (lambda: api.query("mAP@1000 at N=1e8 for x", a_file), lambda: api.import_(a_file, a_file)):
+        with pytest.raises(RegistryError, match="is a file, not a registry folder"):
+            call()

@@ -17,7 +17,6 @@ a 100M set never has to fit in memory.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
