@@ -22,10 +22,9 @@ TRIALS = int(os.environ.get("RSCALE_CRASH_TRIALS", "12"))
 SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 
 
-def _spawn(code):
+def _spawn(code, stdout=subprocess.DEVNULL):
     env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=stdout, stderr=subprocess.PIPE)
 
 
 def _check_invariants(root, committed):
@@ -96,3 +95,38 @@ def test_sigkill_at_random_points_of_register_and_import(tmp_path):
     assert sum(kills.values()) >= TRIALS // 3             # the harness did kill runs in flight
     print(f"crash harness: {TRIALS} trials, kills {kills}, leftovers freed by gc {len(leftovers)} "
           f"({freed['bytes']} bytes), lost 0, half-visible 0, full runs {full}")
+
+
+def test_writers_readers_and_a_killed_writer_of_the_same_content(tmp_path):
+    """Concurrent registrations of one content, a reader querying all along, and a writer of the
+    same content killed mid-way: every writer succeeds with the same version, the reader never
+    fails, and the registry verifies clean after gc (issue 12 item 5)."""
+    root = tmp_path / "reg"
+    base_h, _ = make_files(tmp_path / "base", seed=50, queries=10, s=50_000)
+    api.register(base_h, None, root, backbone="shared")
+    h, _ = make_files(tmp_path / "same", seed=51, queries=10, s=50_000)
+    write = f"from rscale import api; print(api.register({str(h)!r}, None, {str(root)!r}, backbone='shared')['ref'])"
+    read = ("import time\nfrom rscale import api\nn = 0\nend = time.time() + 4\nwhile time.time() < end:\n"
+            f"    api.query('mAP@1000 at N=1e8 for shared@v1', {str(root)!r}, bootstrap=0)\n    n += 1\nprint(n)")
+    reader = _spawn(read, stdout=subprocess.PIPE)
+    victim = _spawn(write)
+    writers = [_spawn(write, stdout=subprocess.PIPE) for _ in range(3)]
+    time.sleep(random.Random(5).uniform(0.3, 0.9))
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    victim.stderr.close()
+    outs = []
+    for p in writers:
+        out, err = p.communicate()
+        assert p.returncode == 0, err.decode()
+        outs.append(out.decode().strip())
+    assert outs == ["shared@v2"] * 3
+    out, err = reader.communicate()
+    assert reader.returncode == 0, err.decode()
+    assert int(out) > 0
+    reg = Registry(root)
+    clear_caches()
+    assert sorted(v.version for v in reg.versions()) == [1, 2]
+    reg.gc(grace_s=0, dry_run=False)
+    report = reg.verify()
+    assert report["corrupt"] == report["missing"] == report["extra"] == report["leftovers"] == []
