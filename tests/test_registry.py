@@ -641,3 +641,18 @@ def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
     for call in (lambda: api.query("mAP@1000 at N=1e8 for x", a_file), lambda: api.import_(a_file, a_file)):
         with pytest.raises(RegistryError, match="is a file, not a registry folder"):
             call()
+
+
+def test_registering_the_content_again_repairs_a_damaged_blob(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path, seed=0)
+    api.register(h, s, reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    p = reg.blob_path(v.hardness)
+    data = p.read_bytes()
+    os.chmod(p, 0o644)
+    p.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert api.verify(reg_root)["corrupt"] == [v.hardness]
+    assert not api.register(h, s, reg_root)["created"]
+    assert api.verify(reg_root)["corrupt"] == [] and p.read_bytes() == data

@@ -3,13 +3,14 @@ named by the sha256 of their bytes.
 
 Writing (:meth:`BlobStore.put`) copies to a temporary name in the blob's folder, re-hashes the
 copy, makes it read-only, renames it into place and fsyncs the folder. A blob that is already
-present is not rewritten, only touched (its mtime restarts ``rscale gc``'s grace period, so a
-registration about to reference it is not racing a collection).
+present and intact is not rewritten, only touched: its mtime restarts ``rscale gc``'s grace
+period, so a registration about to reference it is not racing a collection. A damaged one is
+replaced, so registering or importing the content again repairs it.
 
 Reading (:meth:`BlobStore.verified`) never trusts a file by its name: the first read of a blob in
 a process checks that it is a regular file (not a symlink), of the recorded size, whose sha256 is
-its name; the result is cached by (path, inode, mtime, size), so later reads cost one ``stat``
-and a blob swapped, edited or relinked afterwards is checked again.
+its name; the result is cached by (path, inode, mtime, ctime, size), so later reads cost one
+``stat`` and a blob swapped, edited or relinked afterwards is checked again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class BlobStore:
         """Copy a file in (atomic, durable, read-only): (digest, whether this call created it)."""
         digest = sha256_file(src)
         dest = self.path(digest)
-        if dest.is_file() and not dest.is_symlink() and dest.stat().st_size == os.path.getsize(src):
+        if self.present(digest, os.path.getsize(src)) and sha256_file(dest) == digest:
             try:
                 os.utime(dest)          # restart gc's grace period: someone is about to reference it
             except OSError:
@@ -80,7 +81,7 @@ class BlobStore:
             raise corrupt_error(digest, owner, "it is not a regular file")
         if size is not None and st.st_size != size:
             raise corrupt_error(digest, owner, f"{st.st_size} bytes, the catalog records {size}")
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)    # ctime: a utime() cannot fake it
         if _VERIFIED.get(str(p)) != key:
             try:
                 actual = sha256_file(p)
