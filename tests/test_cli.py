@@ -4,7 +4,7 @@ import sys
 
 from rscale.cli import main
 
-HEAVY = ("torch", "faiss", "mlflow", "transformers", "timm", "peft", "dvc", "scipy.stats")
+HEAVY = ("torch", "faiss", "mlflow", "transformers", "timm", "peft", "dvc", "scipy.stats", "pandas")
 
 
 def test_import_cli_loads_no_heavy_module():

@@ -103,3 +103,19 @@ def test_a_blob_is_hashed_once_per_file_identity(two_versions, monkeypatch):
     for _ in range(5):
         api.query(Q, reg_root, bootstrap=0)
     assert calls == [str(reg.blob_path(v1.hardness))]
+
+
+def test_a_cold_query_loads_neither_pandas_nor_duckdb_nor_heavy_extras(two_versions):
+    # issue 12 item 11: pyarrow's to_numpy imported pandas (~0.2 s of a cold query)
+    import subprocess
+    import sys
+
+    from test_cli import HEAVY
+
+    reg_root, *_ = two_versions
+    api.query(Q, reg_root, bootstrap=0)                  # the snapshot exists
+    code = ("import sys\nfrom rscale.cli import main\n"
+            f"assert main(['query', {Q!r}, '-r', {str(reg_root)!r}, '--bootstrap', '0']) == 0\n"
+            f"print('LOADED', ','.join(m for m in {HEAVY + ('duckdb',)!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pandas" in HEAVY and out.stdout.strip().endswith("LOADED"), out.stdout
