@@ -15,12 +15,24 @@ from rscale.store.hashing import sha256_bytes
 from test_registry import make_files
 
 
+# the code version the bundle is exported and imported under: the same rscale, so the manifest's
+# statistical summary terms are compared too (a checkout's version changes with its dirty state)
+CODE = "rscale 0.1.0 git test-fixed"
+
+
+@pytest.fixture(autouse=True)
+def _same_code(monkeypatch):
+    monkeypatch.setattr("rscale.api.registry.code_version", lambda: CODE)
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     """A registry holding one version with its sample stats, and that version's bundle."""
     tmp = tmp_path_factory.mktemp("bundle")
     h, s = make_files(tmp, queries=20, s=200_000)
-    api.register(h, s, tmp / "src")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("rscale.api.registry.code_version", lambda: CODE)
+        api.register(h, s, tmp / "src")
     bundle, v = api.export("sim_gaussian", tmp / "good.tar", tmp / "src", license="CC-BY-4.0")
     with tarfile.open(bundle) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}

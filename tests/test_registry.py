@@ -656,3 +656,17 @@ def test_registering_the_content_again_repairs_a_damaged_blob(tmp_path):
     assert api.verify(reg_root)["corrupt"] == [v.hardness]
     assert not api.register(h, s, reg_root)["created"]
     assert api.verify(reg_root)["corrupt"] == [] and p.read_bytes() == data
+
+
+def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    with reg.connect(write=True) as con:
+        con.execute("UPDATE versions SET summary = '{not json', hardness = 'garbage'")
+    from rscale.store.registry import clear_caches
+    clear_caches()
+    report = api.verify(reg_root)
+    assert "garbage" in report["corrupt"] and any(c.startswith("catalog row sim_gaussian@v1") for c in report["corrupt"])
+    with pytest.raises(RegistryError, match="row digest"):
+        api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)

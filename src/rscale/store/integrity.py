@@ -42,7 +42,7 @@ def _blob_name_digest(path: Path) -> str | None:
 
 
 def referenced_digests(versions) -> set[str]:
-    return {d for v in versions for d in (v.hardness, v.tail, v.sample) if d}
+    return {str(d) for v in versions for d in (v.hardness, v.tail, v.sample) if d}
 
 
 def verify(reg) -> dict:
@@ -51,6 +51,9 @@ def verify(reg) -> dict:
     referenced = referenced_digests(versions)
     report = {"checked": [], "corrupt": [], "missing": [], "extra": [], "leftovers": [], "unsealed": []}
     for d in sorted(referenced):
+        if not is_digest(d):                      # a damaged row: its row digest check names it too
+            report["corrupt"].append(d)
+            continue
         p = reg.blobs.path(d)
         try:
             st = os.lstat(p)
@@ -72,7 +75,7 @@ def verify(reg) -> dict:
     snap = reg.cache.read_snapshot(content_key(reg.catalog))
     if snap is not None and snap != versions:
         report["corrupt"].append(reg.snapshot.name)
-    expected = {reg.blobs.path(d) for d in referenced}
+    expected = {reg.blobs.path(d) for d in referenced if is_digest(d)}
     for p in reg.blobs.files():
         if p in expected:
             continue
