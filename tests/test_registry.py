@@ -260,7 +260,7 @@ def test_corrupt_catalog_is_a_clear_error(tmp_path):
     reg_root = tmp_path / "reg"
     reg_root.mkdir()
     (reg_root / "catalog.duckdb").write_bytes(b"not a database")
-    with pytest.raises(RegistryError):
+    with pytest.raises(RegistryError, match="restore it from a backup"):
         api.list_versions(reg_root)
 
 
@@ -670,3 +670,18 @@ def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
     assert "garbage" in report["corrupt"] and any(c.startswith("catalog row sim_gaussian@v1") for c in report["corrupt"])
     with pytest.raises(RegistryError, match="row digest"):
         api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)
+
+
+def test_import_into_a_registry_it_cannot_write_is_one_clear_error(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    api.register(*make_files(tmp_path, seed=0), src)
+    bundle, _ = api.export("sim_gaussian", tmp_path / "b.tar", src)
+    target = tmp_path / "ro"
+    target.mkdir()
+
+    def read_only(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("tempfile.mkdtemp", read_only)
+    with pytest.raises(FormatError, match="cannot write into the registry.*folder you can write"):
+        api.import_(bundle, target)
+    assert list(target.iterdir()) == []
