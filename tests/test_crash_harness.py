@@ -130,3 +130,36 @@ def test_writers_readers_and_a_killed_writer_of_the_same_content(tmp_path):
     reg.gc(grace_s=0, dry_run=False)
     report = reg.verify()
     assert report["corrupt"] == report["missing"] == report["extra"] == report["leftovers"] == []
+
+
+def test_gc_with_no_grace_in_a_loop_never_leaves_a_version_without_its_blobs(tmp_path):
+    """gc --grace 0 racing registrations: each registration commits with its blobs or fails with
+    one clear error; no committed version ever misses a blob."""
+    root = tmp_path / "reg"
+    api.register(*make_files(tmp_path / "base", seed=60, queries=10, s=50_000), root)
+    files = [make_files(tmp_path / f"r{i}", seed=61 + i, queries=10, s=50_000)[0] for i in range(4)]
+    gc_loop = ("import time\nfrom rscale.store.registry import Registry\nend = time.time() + 6\nn = 0\n"
+               f"while time.time() < end:\n    Registry({str(root)!r}).gc(grace_s=0, dry_run=False)\n    n += 1\n"
+               "print(n)")
+    writers = "\n".join(
+        ["from rscale import api", "from rscale.errors import RegistryError", "ok = bad = 0",
+         f"for h in {[str(f) for f in files]!r}:",
+         "    try:",
+         f"        api.register(h, None, {str(root)!r}, backbone='raced'); ok += 1",
+         "    except RegistryError as exc:",
+         "        assert 'keep disappearing' in str(exc), exc; bad += 1",
+         "print(ok, bad)"])
+    collector = _spawn(gc_loop, stdout=subprocess.PIPE)
+    writer = _spawn(writers, stdout=subprocess.PIPE)
+    out, err = writer.communicate()
+    assert writer.returncode == 0, err.decode()
+    ok, bad = map(int, out.split())
+    assert ok + bad == len(files)
+    out, err = collector.communicate()
+    assert collector.returncode == 0, err.decode()
+    assert int(out) > 0
+    clear_caches()
+    reg = Registry(root)
+    report = reg.verify()
+    assert report["missing"] == [] and report["corrupt"] == []
+    assert len([v for v in reg.versions() if v.backbone == "raced"]) == ok
