@@ -135,8 +135,14 @@ class Registry:
         files = {"hardness": hardness_file, "tail": tail_file, "sample": sample_file}
         key = (backbone, benchmark, source, estimator)
         for _attempt in range(3):
-            digests = {kind: self.blobs.put(f)[0] for kind, f in files.items() if f}
-            sizes = {kind: self.blobs.path(d).stat().st_size for kind, d in digests.items()}
+            try:
+                digests = {kind: self.blobs.put(f)[0] for kind, f in files.items() if f}
+                sizes = {kind: self.blobs.path(d).stat().st_size for kind, d in digests.items()}
+            except FileNotFoundError as exc:
+                if any(exc.filename == str(f) for f in files.values() if f):
+                    raise                                             # an input file is missing
+                continue                                              # a gc took a blob or its folder
+
             lineage = canonical_digest({"inputs": {"sample": digests.get("sample")}, "estimator": estimator,
                                         "params": params or {}, "code_version": code_version})
 
