@@ -4,6 +4,8 @@ import os
 import tarfile
 from dataclasses import replace
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -258,7 +260,7 @@ def test_corrupt_catalog_is_a_clear_error(tmp_path):
     reg_root = tmp_path / "reg"
     reg_root.mkdir()
     (reg_root / "catalog.duckdb").write_bytes(b"not a database")
-    with pytest.raises(RegistryError):
+    with pytest.raises(RegistryError, match="restore it from a backup"):
         api.list_versions(reg_root)
 
 
@@ -286,7 +288,9 @@ def test_curve_data_and_plot(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.endswith("c.png")
 
 
-def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
+def test_failed_registration_leaves_no_damage_only_collectable_orphans(tmp_path, monkeypatch):
+    from rscale.store.catalog import Catalog
+
     reg_root = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
     api.register(h1, s1, reg_root)
@@ -295,18 +299,84 @@ def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise RuntimeError("disk full in the middle of the catalog transaction")
-    monkeypatch.setattr(Registry, "_register_rows", boom)
+    monkeypatch.setattr(Catalog, "add_version", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         api.register(h2, s2, reg_root)
     monkeypatch.undo()
     after = api.verify(reg_root)
-    assert after == before                     # no orphan blobs, nothing corrupt or missing
+    # no damage: the blobs it wrote are orphans (never deleted by the failing writer, see the race
+    # test below), reported as leftovers and freed by gc
+    assert {k: after[k] for k in ("checked", "corrupt", "missing", "extra")} == \
+        {k: before[k] for k in ("checked", "corrupt", "missing", "extra")}
+    assert len(after["leftovers"]) == 3 and before["leftovers"] == []
     assert [v.version for v in api.list_versions(reg_root)] == [1]
+    assert api.gc(reg_root, grace_s=0)["freed"] == after["leftovers"]          # dry run by default
+    assert api.verify(reg_root)["leftovers"] == after["leftovers"]
+    freed = api.gc(reg_root, grace_s=0, dry_run=False)
+    assert freed["freed"] == after["leftovers"] and freed["bytes"] > 0
+    assert api.verify(reg_root) == before
     # a sample-stats file is not a hardness table: refused before anything is written
-    from rscale.errors import FormatError
     with pytest.raises(FormatError):
         api.register(s2, None, reg_root)
     assert api.verify(reg_root) == before
+
+
+def test_interrupted_cleanup_never_deletes_blobs_a_concurrent_registration_references(tmp_path, monkeypatch):
+    # issue 12 item 5: A writes blobs, B (same content) finds them present, A fails and cleans up,
+    # B commits. Before the fix A's cleanup deleted the blobs B's committed version references.
+    from rscale.store.catalog import Catalog
+
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path, seed=0)
+    real_add = Catalog.add_version
+    state = {}
+
+    def a_fails_after_b_found_the_blobs(self, key, digests, *args, **kw):
+        if "b" not in state:
+            state["b"] = digests
+            # B: its puts find A's blobs present (created=False) ...
+            assert all(not Registry(reg_root).blobs.put(f)[1] for f in (h, s))
+            raise RuntimeError("A killed before its commit")
+        return real_add(self, key, digests, *args, **kw)
+
+    monkeypatch.setattr(Catalog, "add_version", a_fails_after_b_found_the_blobs)
+    with pytest.raises(RuntimeError, match="A killed"):
+        api.register(h, s, reg_root)
+    # ... and B commits after A's failure handling ran
+    out = api.register(h, s, reg_root)
+    v = api.show(out["ref"], reg_root)
+    report = api.verify(reg_root)
+    assert report["missing"] == [] and report["corrupt"] == []
+    assert sorted(report["checked"]) == sorted(d for d in (v.hardness, v.tail, v.sample) if d)
+    assert api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)["rows"]
+
+
+def test_gc_never_frees_a_referenced_blob_and_keeps_young_leftovers(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path, seed=0)
+    api.register(h, s, reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    orphan_src = tmp_path / "orphan.parquet"
+    orphan_src.write_bytes(b"an orphan blob of a killed registration")
+    orphan, _ = reg.blobs.put(orphan_src)
+    tmp = reg.blob_dir / "ab" / ".abcd.parquet.tmp-1-2"
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(b"x" * 100)
+    (reg_root / ".import-dead").mkdir()
+    (reg_root / ".import-dead" / "blob").write_bytes(b"y" * 50)
+    report = api.verify(reg_root)
+    assert sorted(report["leftovers"]) == sorted([str(reg.blob_path(orphan).relative_to(reg_root)),
+                                                  str(tmp.relative_to(reg_root)), ".import-dead"])
+    assert report["corrupt"] == report["missing"] == report["extra"] == []
+    young = api.gc(reg_root, dry_run=False)                 # default grace: an hour
+    assert young["freed"] == [] and len(young["kept"]) == 3
+    old = reg.gc(grace_s=60, dry_run=False, clock=lambda: __import__("time").time() + 120)
+    assert sorted(old["freed"]) == sorted(report["leftovers"])
+    assert old["bytes"] == len(b"an orphan blob of a killed registration") + 100 + 50
+    after = api.verify(reg_root)
+    assert after["leftovers"] == [] and sorted(after["checked"]) == sorted([v.hardness, v.tail, v.sample])
+    assert not (reg.blob_dir / "ab").exists()                # emptied prefix folders go too
 
 
 def test_sensitivity_range_is_stored_and_reported(tmp_path):
@@ -344,44 +414,44 @@ def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
     assert with_term["ci_high"] - v == pytest.approx(np.hypot(plain["ci_high"] - v, extra) + bias, rel=1e-6)
 
 
-def _registry_written_a_minute_ago(tmp_path):
-    """A registry with one version whose catalog was last written a minute ago (cacheable)."""
-    from rscale.store.registry import Registry
+class FakeClock:
+    """time.time_ns under the test's control: the cache's 'written in the last 2 s' rule without sleeping."""
 
-    reg_path = tmp_path / "reg"
-    h1, s1 = make_files(tmp_path, seed=0)
-    api.register(h1, s1, reg_path)
-    reg = Registry(reg_path)
-    old = reg.catalog.stat().st_mtime - 60
-    os.utime(reg.catalog, (old, old))
-    return reg_path, reg
+    def __init__(self):
+        import time
+        self.now = time.time_ns()
+
+    def __call__(self):
+        return self.now
 
 
 def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeypatch):
-    from rscale.store.registry import Registry
+    from rscale.store.catalog import Catalog
+    from rscale.store.registry import Registry, clear_caches
 
-    reg_path, reg = _registry_written_a_minute_ago(tmp_path)
-    first = reg.versions()
-    real_connect = Registry.connect
-
-    def refuse(self, write=False, **kw):
-        if not write:
-            raise AssertionError("catalog read although it did not change")
-        return real_connect(self, write=write, **kw)
-
-    monkeypatch.setattr(Registry, "connect", refuse)
-    assert Registry(reg_path).versions() == first       # served from the cache: no connection
-    monkeypatch.setattr(Registry, "connect", real_connect)
-    h2, s2 = make_files(tmp_path, seed=1)
-    api.register(h2, s2, reg_path)                      # the catalog changes: the cache must notice
-    assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
-    # a freshly written catalog is not cached at all (coarse file times)
-    monkeypatch.setattr(Registry, "connect", refuse)
-    with pytest.raises(AssertionError, match="did not change"):
-        Registry(reg_path).versions()
-    monkeypatch.setattr(Registry, "connect", real_connect)
+    reg_path = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_path)
+    clear_caches()
+    clock = FakeClock()
+    real_read = Catalog.read_versions
+    reads = []
+    monkeypatch.setattr(Catalog, "read_versions", lambda self: reads.append(1) or real_read(self))
+    Registry(reg_path, clock=clock).snapshot.unlink()
+    first = Registry(reg_path, clock=clock).versions()      # just written: read, not kept in memory
+    assert len(reads) == 1
+    Registry(reg_path, clock=clock).snapshot.unlink()
+    Registry(reg_path, clock=clock).versions()
+    assert len(reads) == 2                                  # not served from memory
+    clock.now += 3_000_000_000                              # three seconds later: kept in memory
+    Registry(reg_path, clock=clock).snapshot.unlink()
+    assert Registry(reg_path, clock=clock).versions() == first and len(reads) == 3
+    Registry(reg_path, clock=clock).snapshot.unlink()
+    assert Registry(reg_path, clock=clock).versions() == first and len(reads) == 3   # memory: no read
+    api.register(*make_files(tmp_path, seed=1), reg_path)   # the catalog changes: the cache must notice
+    assert [v.version for v in Registry(reg_path, clock=clock).versions()] == [1, 2]
     # decoded hardness is cached by digest and cannot be modified through the cache
-    v = Registry(reg_path).resolve("sim_gaussian", "v1")[0]
+    reg = Registry(reg_path)
+    v = reg.resolve("sim_gaussian", "v1")[0]
     a, _ = reg.read_hardness(v)
     b, _ = reg.read_hardness(v)
     assert a is b and not a.x.flags.writeable
@@ -393,39 +463,55 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     import subprocess
     import sys
 
-    from rscale.store import registry as registry_module
-    from rscale.store.registry import Registry
+    from rscale.store.catalog import Catalog
+    from rscale.store.registry import Registry, clear_caches
 
-    reg_path, reg = _registry_written_a_minute_ago(tmp_path)
+    reg_path = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_path)
+    reg = Registry(reg_path)
     first = reg.versions()
     assert reg.snapshot.exists()
-    # a cold process answers from the snapshot without importing duckdb at all
+    # a cold process answers from the snapshot without importing duckdb (or pandas) at all
     code = ("import sys; from rscale import api; "
             f"rows = api.query('mAP@1000 at N=1e8 for sim_gaussian', {str(reg_path)!r}, bootstrap=0)['rows']; "
-            "print(len(rows), 'duckdb' in sys.modules)")
+            "print(len(rows), 'duckdb' in sys.modules, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["1", "False"]
+    assert out == ["1", "False", "False"]
     # same process, memory cache cleared: served from the file
-    registry_module._CATALOG_CACHE.clear()
-    monkeypatch.setattr(Registry, "_read_versions", lambda self: pytest.fail("catalog read"))
+    clear_caches()
+    monkeypatch.setattr(Catalog, "read_versions", lambda self: pytest.fail("catalog read"))
     assert Registry(reg_path).versions() == first
     monkeypatch.undo()
     # a registration changes the catalog: the snapshot's key no longer matches
-    h2, s2 = make_files(tmp_path, seed=1)
-    api.register(h2, s2, reg_path)
-    registry_module._CATALOG_CACHE.clear()
-    assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
-    # a damaged snapshot is ignored, and a tampered one (matching key) is reported by verify
-    old = reg.catalog.stat().st_mtime - 60
-    os.utime(reg.catalog, (old, old))
-    registry_module._CATALOG_CACHE.clear()
+    api.register(*make_files(tmp_path, seed=1), reg_path)
+    clear_caches()
+    v1, v2 = Registry(reg_path).versions()
+    assert (v1.version, v2.version) == (1, 2)
+    # a damaged snapshot is ignored
+    clear_caches()
     reg.snapshot.write_text("{not json")
     assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
-    assert reg.verify()["corrupt"] == []
+    # an edited one (v1 pointed at v2's hardness, key intact) is ignored too: its row digest breaks
     data = json.loads(reg.snapshot.read_text())
-    data["versions"][0]["hardness"] = "sha256:" + "0" * 64
+    data["versions"][0]["hardness"] = v2.hardness
     reg.snapshot.write_text(json.dumps(data))
-    assert reg.verify()["corrupt"] == ["catalog.snapshot.json"]
+    clear_caches()
+    assert Registry(reg_path).get("sim_gaussian", "v1").hardness == v1.hardness
+    ans = api.query("mAP@1000 at N=1e8 for sim_gaussian@v1", reg_path, bootstrap=0)["rows"][0]
+    clear_caches()
+    expect = api.query("mAP@1000 at N=1e8 for sim_gaussian@v1", reg_path, bootstrap=0)["rows"][0]
+    assert ans["value"] == expect["value"]
+    assert reg.verify()["corrupt"] == []
+    # the snapshot is tied to the catalog's bytes: random bytes over the catalog are noticed
+    # although mtime, size and inode are kept
+    clear_caches()
+    st = reg.catalog.path.stat()
+    size = st.st_size
+    with open(reg.catalog.path, "r+b") as f:
+        f.write(os.urandom(size))
+    os.utime(reg.catalog.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(RegistryError, match="corrupt|restore"):
+        Registry(reg_path).versions()
 
 
 def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
@@ -463,3 +549,139 @@ def test_reported_ci_reads_whichever_tail_alternatives_a_version_stored():
     # log-N interpolation between stored sizes
     lo, hi = _reported_ci(dsd, new, "mAP@1000", 1e7, 0.5, 0.48, 0.52)
     assert lo == pytest.approx(0.45) and hi == pytest.approx(0.58)
+
+
+def test_a_catalog_row_edited_inside_duckdb_is_caught_by_verify_and_queries(tmp_path):
+    # issue 12 item 7: each version row carries a digest over its content
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    assert reg.verify()["corrupt"] == []
+    with reg.connect(write=True) as con:
+        summary = json.loads(con.execute("SELECT summary FROM versions").fetchone()[0])
+        summary["S_max"] += 1
+        con.execute("UPDATE versions SET summary = ?", [json.dumps(summary, sort_keys=True)])
+    from rscale.store.registry import clear_caches
+    clear_caches()
+    assert reg.verify()["corrupt"] == ["catalog row sim_gaussian@v1 [sim_gaussian/sim-ilias/sim:gaussian/evt]"]
+    with pytest.raises(RegistryError, match="does not match its row digest.*rscale verify"):
+        api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)
+
+
+def test_blob_folder_is_fsynced_after_the_rename_and_before_the_catalog_commit(tmp_path, monkeypatch):
+    # issue 12 item 8: a power loss after the commit must not lose the blob's rename
+    from rscale.store.catalog import Catalog
+
+    events = []
+    real_fsync, real_add = os.fsync, Catalog.add_version
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def add_version(self, *a, **kw):
+        events.append(("commit", None))
+        return real_add(self, *a, **kw)
+
+    h, s = make_files(tmp_path, seed=0)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Catalog, "add_version", add_version)
+    out = api.register(h, s, tmp_path / "reg")
+    monkeypatch.undo()
+    reg = Registry(tmp_path / "reg")
+    v = reg.get(out["ref"].split("@")[0])
+    commit = events.index(("commit", None))
+    for digest in (v.hardness, v.tail, v.sample):
+        folder = str(reg.blob_path(digest).parent.resolve())
+        temp = [i for i, (_, p) in enumerate(events) if p and Path(p).parent == Path(folder)
+                and Path(p).name.startswith("." + digest.split(":")[1])]
+        assert temp and temp[0] < commit                                   # the content, before its rename
+        assert any(temp[0] < i < commit for i, e in enumerate(events) if e == ("fsync", folder))   # the rename
+
+
+def test_gc_command_is_a_dry_run_until_applied(tmp_path, capsys):
+    from rscale.cli import main
+
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    (reg_root / ".import-killed").mkdir()
+    (reg_root / ".import-killed" / "part").write_bytes(b"z" * 2_000_000)
+    capsys.readouterr()
+    assert main(["gc", "-r", str(reg_root), "--grace", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("would free 1 leftover(s), 2.0 MB") and "--apply" in out
+    assert (reg_root / ".import-killed").exists()
+    assert main(["verify", "-r", str(reg_root)]) == 0          # leftovers are not damage
+    capsys.readouterr()
+    assert main(["gc", "-r", str(reg_root), "--grace", "0", "--apply", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"bytes": 2_000_000, "dry_run": False, "freed": [".import-killed"], "kept": []}
+    assert not (reg_root / ".import-killed").exists()
+    assert main(["gc", "-r", str(reg_root), "--grace", "-1"]) == 2
+
+
+def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
+    # issue 11: export of a version whose blob was deleted; verify with a blob replaced by a
+    # folder; -r naming a file
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    p = reg.blob_path(v.tail)
+    os.chmod(p, 0o644)
+    p.unlink()
+    with pytest.raises(RegistryError, match="missing.*rscale verify"):
+        api.export("sim_gaussian", tmp_path / "b.tar", reg_root)
+    assert not (tmp_path / "b.tar").exists()
+    p.mkdir()
+    report = api.verify(reg_root)
+    assert report["corrupt"] == [v.tail] and report["missing"] == []
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    for call in (lambda: api.query("mAP@1000 at N=1e8 for x", a_file), lambda: api.import_(a_file, a_file)):
+        with pytest.raises(RegistryError, match="is a file, not a registry folder"):
+            call()
+
+
+def test_registering_the_content_again_repairs_a_damaged_blob(tmp_path):
+    reg_root = tmp_path / "reg"
+    h, s = make_files(tmp_path, seed=0)
+    api.register(h, s, reg_root)
+    reg = Registry(reg_root)
+    v = reg.get("sim_gaussian")
+    p = reg.blob_path(v.hardness)
+    data = p.read_bytes()
+    os.chmod(p, 0o644)
+    p.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert api.verify(reg_root)["corrupt"] == [v.hardness]
+    assert not api.register(h, s, reg_root)["created"]
+    assert api.verify(reg_root)["corrupt"] == [] and p.read_bytes() == data
+
+
+def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
+    reg_root = tmp_path / "reg"
+    api.register(*make_files(tmp_path, seed=0), reg_root)
+    reg = Registry(reg_root)
+    with reg.connect(write=True) as con:
+        con.execute("UPDATE versions SET summary = '{not json', hardness = 'garbage'")
+    from rscale.store.registry import clear_caches
+    clear_caches()
+    report = api.verify(reg_root)
+    assert "garbage" in report["corrupt"] and any(c.startswith("catalog row sim_gaussian@v1") for c in report["corrupt"])
+    with pytest.raises(RegistryError, match="row digest"):
+        api.query("mAP@1000 at N=1e8 for sim_gaussian", reg_root, bootstrap=0)
+
+
+def test_import_into_a_registry_it_cannot_write_is_one_clear_error(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    api.register(*make_files(tmp_path, seed=0), src)
+    bundle, _ = api.export("sim_gaussian", tmp_path / "b.tar", src)
+    target = tmp_path / "ro"
+    target.mkdir()
+
+    def read_only(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("tempfile.mkdtemp", read_only)
+    with pytest.raises(FormatError, match="cannot write into the registry.*folder you can write"):
+        api.import_(bundle, target)
+    assert list(target.iterdir()) == []

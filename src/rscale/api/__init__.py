@@ -22,8 +22,8 @@ _HOME = {
     "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),
-    "registry": ("diff", "export", "import_", "lineage", "list_versions", "register", "report", "show", "tag",
-                 "verify"),
+    "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
+                 "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
 }
 _WHERE = {name: module for module, names in _HOME.items() for name in names}

@@ -159,7 +159,6 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
     from rscale.errors import InvalidArgumentError, QuerySyntaxError
     from rscale.query.grammar import parse, parse_size
     from rscale.store.registry import Registry
-    from rscale.store.sample_stats_file import read_sample_stats
 
     q = parse(text)
     if q.sizes:
@@ -195,8 +194,8 @@ def curve(text: str, n_range: str = "1e5..1e9", points: int = 25, registry=None,
             realised = law_.Hardness.from_flat(info["counts"] / np.repeat(est.n_sampled, np.diff(est.offsets)),
                                                est.offsets)
             sampled.append((s, float(law_.per_query(realised, m.law_metric, s, m.k, "plugin").mean())))
-            if v.sample and reg.blob_path(v.sample).exists():
-                cur = read_sample_stats(reg.blob_path(v.sample))
+            cur = reg.read_sample(v)          # digest-checked; a version's missing sample is an error
+            if cur is not None:
                 for i in range(3):
                     cur = subsample(cur, 0.5, seed=seed + i)
                     size = float(cur.n_sampled.mean())

@@ -11,10 +11,49 @@ from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tai
 from rscale.api.querying import query
 
 
+def registration_summary(hardness, sample_stats=None) -> dict:
+    """The summary a version is registered with, computed from its hardness table and (when
+    given) the sample stats it was estimated from: sizes, rule shares, budget check, distractor
+    and tail-model terms, sensitivity band. Import recomputes it from a bundle's verified blobs."""
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.errors import RscaleError
+    from rscale.store.hardness_file import read_hardness
+
+    est, _info = read_hardness(hardness)
+    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
+               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
+               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    if sample_stats is None:
+        return summary
+    try:
+        summary["budget"] = budget_check(sample_stats, est.method, est.params)
+    except RscaleError as exc:  # a sample too small to halve three times: say so, still register
+        summary["budget"] = {"error": str(exc)}
+    if est.method == "evt":
+        from dataclasses import fields as dc_fields
+
+        from rscale.core.estimators.evt import EVTConfig
+        from rscale.core.estimators.sensitivity import sensitivity_range
+        from rscale.store.sample_stats_file import read_sample_stats
+        known = {f.name for f in dc_fields(EVTConfig)}
+        base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
+        lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
+        summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
+                                  "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
+    try:
+        summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
+    except RscaleError as exc:
+        summary["distractor_sd"] = {"error": str(exc)}
+    check = tail_check(sample_stats, est.method, est.params)
+    if check is not None:
+        summary["tail_check"] = check
+    return summary
+
+
 def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
              mlflow_run_id=None) -> dict:
     """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
-    from rscale.core.estimators.evt import rule_shares
     from rscale.store.hardness_file import read_hardness, tail_path
     from rscale.store.registry import Registry
 
@@ -23,35 +62,9 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
     from rscale.producers.lineage import read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
-    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
-               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
-               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
-               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    summary = registration_summary(hardness, sample_stats)
     if sample_stats is not None:
         summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
-        from rscale.errors import RscaleError
-        try:
-            summary["budget"] = budget_check(sample_stats, est.method, est.params)
-        except RscaleError as exc:  # a sample too small to halve three times: say so, still register
-            summary["budget"] = {"error": str(exc)}
-        if est.method == "evt":
-            from dataclasses import fields as dc_fields
-
-            from rscale.core.estimators.evt import EVTConfig
-            from rscale.core.estimators.sensitivity import sensitivity_range
-            from rscale.store.sample_stats_file import read_sample_stats
-            known = {f.name for f in dc_fields(EVTConfig)}
-            base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
-            lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
-            summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
-                                      "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
-        try:
-            summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
-        except RscaleError as exc:
-            summary["distractor_sd"] = {"error": str(exc)}
-        check = tail_check(sample_stats, est.method, est.params)
-        if check is not None:
-            summary["tail_check"] = check
     reg = Registry.locate(registry)
     version, created = reg.register(
         backbone=backbone or meta.get("backbone") or "unnamed",
@@ -104,9 +117,19 @@ def export(name: str, out, registry=None, benchmark=None, estimator=None, licens
 
 
 def import_(bundle, registry=None):
+    """Check a bundle by content (store/bundle.py) and register its version, with the summary
+    recomputed from its verified blobs."""
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
-    return import_bundle(Registry.locate(registry), bundle)
+    return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
+                         code_version=code_version())
+
+
+def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
+    """Free what killed writers left (orphan blobs, temp files, import folders) older than
+    ``grace_s``; a dry run unless ``dry_run=False``. Never a referenced blob."""
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).gc(grace_s=grace_s, dry_run=dry_run)
 
 
 def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) -> str:

@@ -85,7 +85,7 @@ def tag(name: str = typer.Argument(..., help="NAME@VERSION to tag."),
 
 def verify(registry: Optional[Path] = registry_option(),
            fmt: str = output.format_option(output.TEXT, output.JSON)):
-    """Re-hash every blob; report missing, corrupt and extra files (exit 1 if any)."""
+    """Re-hash every blob and catalog row; report damage (exit 1) apart from harmless leftovers."""
     from rscale import api
 
     report = api.verify(registry)
@@ -93,12 +93,36 @@ def verify(registry: Optional[Path] = registry_option(),
         output.print_json(report)
     else:
         typer.echo(f"checked: {len(report['checked'])}  corrupt: {len(report['corrupt'])}  "
-                   f"missing: {len(report['missing'])}  extra: {len(report['extra'])}")
-        for kind in ("corrupt", "missing", "extra"):
+                   f"missing: {len(report['missing'])}  extra: {len(report['extra'])}  "
+                   f"leftovers: {len(report['leftovers'])}  unsealed: {len(report['unsealed'])}")
+        for kind in ("corrupt", "missing", "extra", "leftovers", "unsealed"):
             for item in report[kind]:
                 typer.echo(f"  {kind}: {item}")
+        if report["leftovers"]:
+            typer.echo("leftovers are harmless (killed writers); 'rscale gc --apply' frees them")
     if report["corrupt"] or report["missing"] or report["extra"]:
         raise typer.Exit(1)
+
+
+def gc(registry: Optional[Path] = registry_option(),
+       grace: float = typer.Option(3600.0, "--grace", help="Only leftovers untouched for this many seconds."),
+       apply: bool = typer.Option(False, "--apply", help="Delete them (default: only list what would go)."),
+       fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Free orphan blobs, temp files and .import-* folders of killed writers; never a referenced blob."""
+    from rscale import api
+    from rscale.errors import InvalidArgumentError
+
+    if not grace >= 0:
+        raise InvalidArgumentError(f"--grace {grace}: give a number of seconds >= 0")
+    out = api.gc(registry, grace_s=grace, dry_run=not apply)
+    if fmt == output.JSON:
+        output.print_json(out)
+        return
+    verb = "would free" if out["dry_run"] else "freed"
+    typer.echo(f"{verb} {len(out['freed'])} leftover(s), {out['bytes'] / 1e6:.1f} MB; kept {len(out['kept'])} "
+               f"younger than {grace:g} s" + ("; run with --apply to free them" if out["dry_run"] and out["freed"] else ""))
+    for item in out["freed"]:
+        typer.echo(f"  {verb}: {item}")
 
 
 def export(name: str = typer.Argument(..., help="NAME[@VERSION] to export."),
@@ -139,5 +163,5 @@ def lineage(name: str = typer.Argument(..., help="NAME[@VERSION]."),
     output.print_json(api.lineage(name, registry=registry, benchmark=benchmark, estimator=estimator))
 
 
-COMMANDS = {"register": register, "ls": ls, "show": show, "tag": tag, "verify": verify, "export": export,
+COMMANDS = {"register": register, "ls": ls, "show": show, "tag": tag, "verify": verify, "gc": gc, "export": export,
             "import": import_, "lineage": lineage}

@@ -18,27 +18,18 @@ id is None and the digests still travel in the artifacts' metadata.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rscale.store.hashing import digest_lines, sha256_file
+
 EXPERIMENT = "rscale"
 
 
 def digest_file(path) -> str:
-    from rscale.store.registry import sha256_file
     return sha256_file(path)
-
-
-def digest_lines(lines) -> str:
-    """sha256 of a sorted list of text lines (an image list, a set of ids)."""
-    h = hashlib.sha256()
-    for line in sorted(lines):
-        h.update(line.encode())
-        h.update(b"\n")
-    return "sha256:" + h.hexdigest()
 
 
 def weights_digest(model_dir) -> str:

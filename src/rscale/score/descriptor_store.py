@@ -17,14 +17,14 @@ a 100M set never has to fit in memory.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from rscale.errors import FormatError, InvalidArgumentError
-from rscale.store.registry import sha256_file
+from rscale.store.atomic import atomic_path, write_text_atomic
+from rscale.store.hashing import sha256_file
 
 FORMAT = "rscale-descriptors"
 VERSION = 1
@@ -32,19 +32,16 @@ NORM_TOLERANCE = 1e-2   # float16 storage rounds norms by ~1e-3
 
 
 def _atomic_np(path: Path, arr: np.ndarray):
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, arr)
-    os.replace(tmp, path)
 
 
 def _atomic_ids(path: Path, ids: np.ndarray):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     col = pa.array(ids.astype(np.int64)) if ids.dtype.kind in "iu" else pa.array(ids.astype(str), pa.string())
-    pq.write_table(pa.table({"id": col}), tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table({"id": col}), tmp)
 
 
 def check_vectors(vectors: np.ndarray, dim: int | None, where: str) -> np.ndarray:
@@ -190,7 +187,5 @@ def write_descriptor_set(root, blocks, *, role: str, dtype: str = "float16", met
         raise FormatError("no descriptors to write", path=str(root))
     manifest = {"format": FORMAT, "version": VERSION, "role": role, "dtype": dtype, "dim": dim,
                 "count": count, "shards": shards, **(meta or {})}
-    tmp = root / f".manifest.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, root / "manifest.json")
+    write_text_atomic(root / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
     return DescriptorSet(root, manifest)

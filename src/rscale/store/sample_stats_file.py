@@ -28,6 +28,7 @@ import numpy as np
 
 from rscale.core.sample_stats import SCHEMA_VERSION, SampleStats, validate
 from rscale.errors import FormatError, SchemaVersionError
+from rscale.store.atomic import atomic_path
 
 FORMAT = "sample-stats"
 COLUMNS = ("query_id", "n_sampled", "top_scores", "positive_ids", "positive_scores", "positive_counts")
@@ -68,14 +69,8 @@ def write_sample_stats(ss: SampleStats, path: str | os.PathLike) -> Path:
     _, pq = _pa()
     path = Path(path)
     validate(ss, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(to_table(ss), tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 
