@@ -212,7 +212,7 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     from rscale.cli.app import app
     group = typer.main.get_command(app)
     assert set(group.commands) == {"demo", "simulate", "check", "estimate", "predict", "register", "ls", "show", "tag",
-                                   "verify", "query", "export", "import", "report", "lineage", "diff", "curve",
+                                   "verify", "gc", "query", "export", "import", "report", "lineage", "diff", "curve",
                                    "score", "make-descriptors", "extract"}
     for name, command in group.commands.items():
         fmt = [p for p in command.params if "--format" in p.opts]
