@@ -101,7 +101,7 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
         if ss.query_ids.shape != info["query_ids"].shape or not (ss.query_ids == info["query_ids"]).all():
             raise InvalidArgumentError(f"the sample stats {sample_stats} are not the sample of {hardness} (their query "
                                        "ids differ); pass the file the hardness was estimated from")
-    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
     rows = []
     for m in measures:
@@ -111,8 +111,8 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
         for j, n in enumerate(sizes):
             pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
                                    in_pool_counts=info["counts"] if in_pool else None)
-            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
-            if terms is not None:
+            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
+            if terms is not None and bootstrap:
                 lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
                                            alternatives=() if check is None else
                                            [check[key][j] for key in TAIL_ALTERNATIVES if key in check])

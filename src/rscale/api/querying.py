@@ -23,13 +23,16 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
     for ref in q.backbones:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
-    rows, warnings, per_query = [], [], {}
+    # rows and per-query values are keyed by the version's series and number (one backbone may be
+    # registered on several benchmarks, sources or estimators, each with its own v1)
+    label = _series_labels(versions)
+    rows, warnings, per_query, row_series = [], [], {}, []
     for v in versions:
         est, info = reg.read_hardness(v)
         s_max = float(est.n_sampled.max())
         if s_max < SMALL_SAMPLE and max(q.sizes) >= 10 * s_max:
             warnings.append(
-                f"{v.backbone}: a sample of S={s_max:,.0f} fits the tail inside the bulk of the score law and sees "
+                f"{label[_key(v)]}: a sample of S={s_max:,.0f} fits the tail inside the bulk of the score law and sees "
                 f"nothing beyond its top 1/S; at S = 10k of a 1M pool the reported interval covered only 61-80% "
                 f"of simulator cells (docs/benchmarks.md): sample {SMALL_SAMPLE:,} or more")
         cells = [(m, n) for m in q.measures for n in q.sizes]
@@ -41,8 +44,9 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
             lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
             lo, hi = _reported_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
                                   float(pq.mean()), float(lo), float(hi))
-            per_query[(v.ref, str(m), n)] = (info["query_ids"], pq)
+            per_query[(_key(v), str(m), n)] = (info["query_ids"], pq)
             r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
+            row_series.append(_key(v))
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
                          "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
@@ -51,41 +55,61 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     # ranking resolution between backbones evaluated on the same queries
     for m in q.measures:
         for n in q.sizes:
-            group = sorted((r for r in rows if r["measure"] == str(m) and r["N"] == n), key=lambda r: -r["value"])
+            group = sorted((i for i, r in enumerate(rows) if r["measure"] == str(m) and r["N"] == n),
+                           key=lambda i: -rows[i]["value"])
             for a, b in zip(group, group[1:]):
-                qa, va = per_query[(f"{a['backbone']}@{a['version']}", str(m), n)]
-                qb, vb = per_query[(f"{b['backbone']}@{b['version']}", str(m), n)]
+                qa, va = per_query[(row_series[a], str(m), n)]
+                qb, vb = per_query[(row_series[b], str(m), n)]
                 if not bootstrap or qa.shape != qb.shape or not (qa == qb).all():
                     continue
                 d = paired_difference(va, vb, bootstrap, seed, level)
                 if not d.resolved:
-                    warnings.append(f"{m} at N={n:g}: {a['backbone']} vs {b['backbone']} differ by {d.value:+.4f}, "
-                                    f"within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): not ranked")
+                    warnings.append(f"{m} at N={n:g}: {label[row_series[a]]} vs {label[row_series[b]]} differ by "
+                                    f"{d.value:+.4f}, within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): "
+                                    "not ranked")
     for v in versions:
         check = v.summary.get("tail_check")
         if check and check.get("rejected_share", 0.0) >= REJECTED_WARN:
             warnings.append(
-                f"{v.backbone}: the fitted tail of {check['rejected_share']:.0%} of queries is rejected by their own "
+                f"{label[_key(v)]}: the fitted tail of {check['rejected_share']:.0%} of queries is rejected by their own "
                 f"largest sampled score (p < {check['level']:g}; near-duplicate clusters?): the interval spans the "
                 "count bound for them, and a larger sample would narrow it")
         budget = v.summary.get("budget")
         if not budget or "error" in budget:
             continue
-        for r in rows:
-            if r["backbone"] != v.backbone or r["version"] != f"v{v.version}" or not r["measure"].startswith("mAP"):
+        for r, series in zip(rows, row_series):
+            if series != _key(v) or not r["measure"].startswith("mAP"):
                 continue
             above = [i for i, bn in enumerate(budget["N"]) if bn >= r["N"]]
             if above and not budget["sufficient"][above[0]]:
                 i = above[0]
                 warnings.append(
-                    f"{v.backbone}: the sample (S={budget['S']:,}) does not support N={r['N']:g}: halving it moves "
+                    f"{label[_key(v)]}: the sample (S={budget['S']:,}) does not support N={r['N']:g}: halving it moves "
                     f"{budget['measure']} at N={budget['N'][i]:g} by {budget['last_step'][i]:+.4f}, more than "
                     f"query-sampling noise ({budget['noise'][i]:.4f})")
-    for r in rows:
+    for r, series in zip(rows, row_series):
         if r["extrapolation"] > 1000:
-            warnings.append(f"{r['backbone']}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
+            warnings.append(f"{label[series]}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
                             "predictions this far out are not validated")
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def _key(v) -> tuple:
+    """A version's identity within a query's answer: its series and version number."""
+    return (*v.series, v.version)
+
+
+def _series_labels(versions) -> dict:
+    """How warnings name each version: its backbone, plus what tells apart the versions that share
+    it (version, benchmark, source, estimator)."""
+    out = {}
+    for v in versions:
+        same = [w for w in versions if w.backbone == v.backbone]
+        extra = [f"{word} {getattr(v, attr)}" for word, attr in (("on", "benchmark"), ("source", "source"),
+                                                                 ("using", "estimator"))
+                 if len({getattr(w, attr) for w in same}) > 1]
+        out[_key(v)] = " ".join([v.ref, *extra]) if len(same) > 1 else v.backbone
+    return out
 
 
 # the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,

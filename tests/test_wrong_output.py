@@ -1,0 +1,60 @@
+"""Regression tests for the wrong answers of issue 11 (each failed before its fix)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rscale import api, sim
+from rscale.core.estimators.methods import estimate
+from rscale.errors import InvalidArgumentError
+from rscale.sim.presets import PRESETS
+from rscale.store.hardness_file import write_hardness
+from rscale.store.sample_stats_file import write_sample_stats
+
+
+def make_files(tmp_path, preset="sim_gaussian", seed=0, queries=40, s=500_000, k=300, name=None):
+    bench = sim.simulate(replace(PRESETS[preset], n_queries=queries), seed=seed)
+    ss = sim.sample(bench, s, k=k, seed=seed)
+    stem = name or f"{preset}-{seed}-{queries}-{s}"
+    s_path = write_sample_stats(ss, tmp_path / f"{stem}.ss.parquet")
+    h_path = tmp_path / f"{stem}.parquet"
+    write_hardness(estimate(ss, "evt"), ss, h_path)
+    return h_path, s_path
+
+
+def test_one_backbone_on_two_benchmarks_is_two_rows_compared_on_their_own_values(tmp_path):
+    reg = tmp_path / "reg"
+    ha, _ = make_files(tmp_path, "sim_gaussian")
+    hb, _ = make_files(tmp_path, "sim_bounded")
+    api.register(ha, None, reg, backbone="bb", benchmark="bench_a")
+    api.register(hb, None, reg, backbone="bb", benchmark="bench_b")
+    ans = api.query("mAP@1000 at N=1e8 for bb", reg, bootstrap=300)
+    by = {r["benchmark"]: r["value"] for r in ans["rows"]}
+    assert set(by) == {"bench_a", "bench_b"}
+    want_a = api.predict(ha, ["mAP@1000"], [1e8], bootstrap=0)[0]["value"]
+    want_b = api.predict(hb, ["mAP@1000"], [1e8], bootstrap=0)[0]["value"]
+    assert by == {"bench_a": pytest.approx(want_a), "bench_b": pytest.approx(want_b)}
+    # same query ids on both benchmarks: the paired difference is taken between the two series'
+    # own per-query values (it was 0 when both were keyed 'bb@v1')
+    from rscale.core.prediction import predict_per_query
+    from rscale.core.uncertainty import paired_difference
+    from rscale.store.hardness_file import read_hardness
+    pa = predict_per_query(read_hardness(ha)[0], "AP", 1e8, 1000)
+    pb = predict_per_query(read_hardness(hb)[0], "AP", 1e8, 1000)
+    hi, lo = (pa, pb) if pa.mean() > pb.mean() else (pb, pa)
+    d = paired_difference(hi, lo, 300, 0, 0.95)
+    assert d.value > 0.01 and d.resolved
+    assert not any("not ranked" in w for w in ans["warnings"])
+
+
+def test_warnings_name_the_series_they_are_about(tmp_path):
+    # one backbone on two benchmarks: a small sample on one of them; its warning must say which
+    reg = tmp_path / "reg"
+    small, _ = make_files(tmp_path, s=20_000)
+    big, _ = make_files(tmp_path, seed=1)
+    api.register(small, None, reg, backbone="bb", benchmark="tiny")
+    api.register(big, None, reg, backbone="bb", benchmark="large")
+    ws = api.query("mAP@1000 at N=1e7 for bb", reg, bootstrap=0)["warnings"]
+    bulk = [w for w in ws if "inside the bulk" in w]
+    assert len(bulk) == 1 and "on tiny" in bulk[0] and "large" not in bulk[0]
