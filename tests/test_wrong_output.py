@@ -58,3 +58,17 @@ def test_warnings_name_the_series_they_are_about(tmp_path):
     ws = api.query("mAP@1000 at N=1e7 for bb", reg, bootstrap=0)["warnings"]
     bulk = [w for w in ws if "inside the bulk" in w]
     assert len(bulk) == 1 and "on tiny" in bulk[0] and "large" not in bulk[0]
+
+
+def test_register_refuses_a_sample_the_hardness_was_not_estimated_from(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, seed=0)
+    _, other_draw = make_files(tmp_path, seed=1)            # same query ids, another draw of the sample
+    _, other_queries = make_files(tmp_path, seed=0, queries=30)
+    for wrong, what in ((other_draw, "differ"), (other_queries, "query ids differ")):
+        with pytest.raises(InvalidArgumentError, match=f"not the sample of .*{what}"):
+            api.register(h, wrong, reg)
+        with pytest.raises(InvalidArgumentError, match=f"not the sample of .*{what}"):
+            api.predict(h, sample_stats=wrong, bootstrap=10)
+    assert not (reg / "catalog.duckdb").exists()
+    assert api.register(h, s, reg)["created"]

@@ -76,6 +76,25 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     return summary
 
 
+def check_sample_of(ss, est, info, sample_name, hardness_name) -> None:
+    """Refuse sample stats that are not the sample a hardness table was estimated from: the same
+    queries, the same positives of each query, the same S per query and the same sampled counts."""
+    from rscale.errors import InvalidArgumentError
+
+    def same(a, b) -> bool:
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool((a == b).all())
+
+    pos_ids = np.asarray(info["positive_ids"].to_pylist(), dtype=str)
+    for what, ok in (("query ids", lambda: same(ss.query_ids.astype(str), info["query_ids"])),
+                     ("positives", lambda: same(ss.pos_offsets, est.offsets) and same(ss.pos_ids.astype(str), pos_ids)),
+                     ("sample sizes S", lambda: same(ss.n_sampled, est.n_sampled)),
+                     ("sampled counts", lambda: same(ss.pos_counts, info["counts"]))):
+        if not ok():
+            raise InvalidArgumentError(f"the sample stats {sample_name} are not the sample of {hardness_name} (their "
+                                       f"{what} differ); pass the file the hardness was estimated from")
+
+
 def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
             sample_stats=None) -> list[dict]:
@@ -98,9 +117,7 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     ss = None
     if sample_stats is not None:
         ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-        if ss.query_ids.shape != info["query_ids"].shape or not (ss.query_ids == info["query_ids"]).all():
-            raise InvalidArgumentError(f"the sample stats {sample_stats} are not the sample of {hardness} (their query "
-                                       "ids differ); pass the file the hardness was estimated from")
+        check_sample_of(ss, est, info, sample_stats, hardness)
     idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
     rows = []

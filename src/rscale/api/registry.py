@@ -28,10 +28,14 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
                "draws": 0 if est.draws is None else int(est.draws.shape[1])}
     if sample_stats is not None:
+        from rscale.api.estimation import check_sample_of
+        from rscale.store.sample_stats_file import read_sample_stats
+        ss = read_sample_stats(sample_stats)
+        check_sample_of(ss, est, info, sample_stats, hardness)
         summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
         from rscale.errors import RscaleError
         try:
-            summary["budget"] = budget_check(sample_stats, est.method, est.params)
+            summary["budget"] = budget_check(ss, est.method, est.params)
         except RscaleError as exc:  # a sample too small to halve three times: say so, still register
             summary["budget"] = {"error": str(exc)}
         if est.method == "evt":
@@ -39,17 +43,16 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
             from rscale.core.estimators.evt import EVTConfig
             from rscale.core.estimators.sensitivity import sensitivity_range
-            from rscale.store.sample_stats_file import read_sample_stats
             known = {f.name for f in dc_fields(EVTConfig)}
             base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
-            lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
+            lo, hi = sensitivity_range(ss, "AP", BUDGET_SIZES, 1000, base)
             summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
                                       "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
         try:
-            summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
+            summary["distractor_sd"] = distractor_sd(ss, est.method, est.params)
         except RscaleError as exc:
             summary["distractor_sd"] = {"error": str(exc)}
-        check = tail_check(sample_stats, est.method, est.params)
+        check = tail_check(ss, est.method, est.params)
         if check is not None:
             summary["tail_check"] = check
     reg = Registry.locate(registry)
