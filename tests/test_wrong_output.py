@@ -72,3 +72,44 @@ def test_register_refuses_a_sample_the_hardness_was_not_estimated_from(tmp_path)
             api.predict(h, sample_stats=wrong, bootstrap=10)
     assert not (reg / "catalog.duckdb").exists()
     assert api.register(h, s, reg)["created"]
+
+
+def test_code_version_is_the_packages_own_not_the_working_directorys(tmp_path, monkeypatch):
+    import subprocess
+    from pathlib import Path
+
+    import rscale
+    from rscale.producers.lineage import code_version
+
+    other = tmp_path / "other-repo"
+    other.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    run = lambda *a: subprocess.run(["git", *a], cwd=other, check=True, capture_output=True, text=True,  # noqa: E731
+                                    env={**__import__("os").environ, **env}).stdout.strip()
+    run("init", "-q")
+    (other / "f.txt").write_text("x")
+    run("add", "f.txt")
+    run("commit", "-qm", "other")
+    foreign = run("rev-parse", "--short=12", "HEAD")
+    monkeypatch.chdir(other)
+    got = code_version()
+    assert got.startswith(f"rscale {rscale.__version__}") and foreign not in got
+    pkg = Path(rscale.__file__).resolve().parent
+    own = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    tracked = subprocess.run(["git", "-C", str(pkg), "ls-files", "--error-unmatch", "__init__.py"], capture_output=True)
+    if own.returncode == 0 and tracked.returncode == 0:        # running from a checkout: its own commit
+        assert f" git {own.stdout.strip()}" in got
+    else:
+        assert got == f"rscale {rscale.__version__}"
+
+
+def test_producers_do_not_import_api():
+    import ast
+    from pathlib import Path
+
+    import rscale.producers
+    for path in Path(rscale.producers.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n == "rscale.api" or n.startswith("rscale.api.") for n in names), path.name

@@ -8,7 +8,9 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
-- :mod:`rscale.api.config`: params.yaml sections and the code version
+- :mod:`rscale.api.config`: params.yaml sections (the one config reader)
+
+The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import importlib
 # name -> submodule; resolved on first use so `api.query` does not import the simulator,
 # the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
 _HOME = {
-    "config": ("code_version", "estimator_from_config", "load_config"),
+    "config": ("estimator_from_config", "load_config"),
     "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),

@@ -1,21 +1,6 @@
-"""Configuration files and the code version recorded in lineage."""
+"""The one reader of params.yaml-style configuration files."""
 
 from __future__ import annotations
-
-
-def code_version() -> str:
-    """rscale's version plus the git commit of the working directory when there is one."""
-    import subprocess
-
-    from rscale import __version__
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                                timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    return f"rscale {__version__}" + (f" git {commit}{'+dirty' if dirty else ''}" if commit else "")
 
 
 def load_config(path, section: str) -> dict:

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 
-from rscale.api.config import code_version
 from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tail_check
 from rscale.api.querying import query
 
@@ -20,7 +19,7 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
-    from rscale.producers.lineage import read_run_id
+    from rscale.producers.lineage import code_version, read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
