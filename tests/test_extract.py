@@ -11,7 +11,7 @@ from PIL import Image  # noqa: E402
 from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
 from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers.interventions import GrayPad, MaskedScales, alpha_query_expansion, gray_pad  # noqa: E402
-from rscale.score.descriptor_store import DescriptorSet  # noqa: E402
+from rscale.store.descriptor_set import DescriptorSet  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             image_size=32, patch_size=8)
@@ -194,3 +194,46 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     extract_run = client.get_run(read_run_id(sets / "distractors" / "manifest.json"))
     assert extract_run.data.tags["rscale.input.weights"] == weights_digest(model)
     assert extract_run.data.tags["rscale.output.manifest"] == manifest_digest
+
+
+def test_resume_refuses_a_folder_made_by_another_recipe(tmp_path):
+    # issue 11: model B into a folder made (partly) with model A kept A's vectors under B's manifest
+    from rscale.cli import main
+    from rscale.producers.lineage import weights_digest
+
+    a = save(tmp_path, "vit")
+    torch.manual_seed(1)
+    b = tmp_path / "vit_b"
+    transformers.ViTModel(transformers.ViTConfig(**TINY)).save_pretrained(b)
+    items = images(tmp_path, n=8)
+    out = tmp_path / "out"
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    (out / "manifest.json").unlink()                          # interrupted after the shards
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(InvalidArgumentError, match="another recipe.*weights_sha256"):
+        ex.extract(items, b, out, role="distractors", shard_size=4, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before      # nothing written or removed
+    # a complete set of A, re-run with other parameters: refused too (the CLI says so, exit 2)
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    assert main(["extract", str(tmp_path / "imgs_dir_missing"), "--model", str(a), "-o", str(out)]) == 2
+    img_dir = tmp_path / "imgs"
+    img_dir.mkdir()
+    for _, p, _ in items:
+        (img_dir / p.name).write_bytes(p.read_bytes())
+    assert main(["extract", str(img_dir), "--model", str(a), "-o", str(out), "--pooling", "mean",
+                 "--shard-size", "4"]) == 2
+    # the same recipe resumes; another folder for B is fine and holds B's vectors
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    ds_b = ex.extract(items, b, tmp_path / "out_b", role="distractors", shard_size=4, progress=False)
+    assert ds_b.manifest["weights_sha256"] == weights_digest(b) == ds_b.manifest["recipe"]["weights_sha256"]
+    va = np.concatenate([np.asarray(v) for _, v in DescriptorSet.open(out).shards()])
+    vb = np.concatenate([np.asarray(v) for _, v in ds_b.shards()])
+    assert np.abs(va - vb).max() > 1e-3
+
+
+def test_make_descriptor_sets_refuses_a_folder_of_other_parameters(tmp_path):
+    from rscale import api
+    api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=0, shard_size=100)
+    with pytest.raises(InvalidArgumentError, match="another recipe.*seed"):
+        api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=1, shard_size=100)
+    api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=0, shard_size=100)

@@ -39,7 +39,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     import time
 
     from rscale.errors import FormatError
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.store.descriptor_set import DescriptorSet
     from rscale.score.engine import Queries, choose_backend, score_shards
     from rscale.score.sampling import in_sample
     from rscale.store.sample_stats_file import write_sample_stats
@@ -108,7 +108,7 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
     from rscale.sim.descriptors import make_descriptors
 
     out = Path(out)
@@ -116,11 +116,16 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
                           n_distractors=distractors, hard_share=hard_share, seed=seed,
                           noise=noise[0] if noise[0] == noise[1] else noise)
     meta = {"backbone": backbone, "pooling": "simulated", "resolution": 0, "source": f"sim:descriptors:{seed}"}
-    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta)
-    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta)
+    recipe = {**meta, "generator": "rscale.sim.descriptors", "instances": instances, "dim": dim,
+              "positives": positives, "distractors": distractors, "hard_share": hard_share, "seed": seed,
+              "noise": list(noise)}
+    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta, recipe=recipe)
+    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta,
+                         recipe=recipe)
     blocks = ((np.arange(a, min(a + shard_size, distractors)), ds.distractors[a:a + shard_size])
               for a in range(0, distractors, shard_size))
-    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size)
+    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size,
+                         recipe=recipe)
     qrels = [(ds.query_ids[q], ds.positive_ids[p]) for q in range(len(ds.query_ids)) for p in ds.positives_of(q)]
     pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
                    out / "qrels.parquet")

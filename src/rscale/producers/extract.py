@@ -17,7 +17,7 @@ siglip          SiglipVisionModel           pooled = attention-pooling head
 Images are resized to ``resolution`` x ``resolution`` (bicubic, PIL; no torchvision), scaled to
 [0, 1] and normalised with the checkpoint's ``preprocessor_config.json`` mean/std when present,
 else ImageNet's. float32 on CPU, bfloat16 on CUDA (``dtype`` overrides). Output descriptors are
-L2-normalised in float32 and written as a descriptor set (rscale.score.descriptor_store), one
+L2-normalised in float32 and written as a descriptor set (rscale.store.descriptor_set), one
 shard at a time: re-running after an interruption skips finished shards.
 
 Query-side interventions (O2I paper, section 5; the gallery is never touched), see
@@ -158,9 +158,10 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     """Descriptors of ``items`` — (id, image path, optional box) triples — into a descriptor set.
 
     ``intervention``: None, or a callable (backbone, [PIL images]) -> descriptors, e.g.
-    ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run.
+    ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run with the
+    same recipe (weights, image list, parameters); a folder made by another one is refused.
     """
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
 
     items = list(items)
     if not items:
@@ -207,8 +208,11 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
               "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
     from rscale.producers.lineage import write_run_sidecar
     with producer_run("extract", params, inputs, enabled=lineage) as run:
+        # what determines the vectors: resuming a folder made by another recipe is refused
+        recipe = {k: record[k] for k in ("model_type", "pooling", "resolution", "intervention", "intervention_params",
+                                         "weights_sha256", "images_sha256")}
         ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
-                                  shard_size=shard_size)
+                                  shard_size=shard_size, recipe=recipe)
         run.output("manifest", digest_file(out_dir / "manifest.json"))
         write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
         run.metric("descriptors", ds.count)
