@@ -113,3 +113,36 @@ def test_producers_do_not_import_api():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "rscale.api" or n.startswith("rscale.api.") for n in names), path.name
+
+
+@pytest.mark.parametrize("name", ["facebook/dinov2-large", "my model", "*", "a@b", "dino*", "x,y", "a=b", "for",
+                                  "Expected", "a b"])
+def test_names_a_query_cannot_name_are_refused_at_registration(tmp_path, name):
+    from rscale.api.registry import check_name
+    reg = tmp_path / "reg"
+    h, _ = make_files(tmp_path, queries=10)
+    with pytest.raises(InvalidArgumentError, match="cannot be named in a query: use letters, digits and _ . -"):
+        api.register(h, None, reg, backbone=name)
+    with pytest.raises(InvalidArgumentError, match="benchmark name"):
+        api.register(h, None, reg, benchmark=name)
+    assert not (reg / "catalog.duckdb").exists()
+    api.register(h, None, reg)
+    with pytest.raises(InvalidArgumentError, match="tag name"):
+        api.tag("sim_gaussian@v1", name, reg)
+    for kind in ("backbone", "benchmark", "tag"):
+        with pytest.raises(InvalidArgumentError):
+            check_name(kind, name)
+        with pytest.raises(InvalidArgumentError):
+            check_name(kind, "")
+
+
+def test_every_accepted_name_can_be_queried(tmp_path):
+    reg = tmp_path / "reg"
+    h, _ = make_files(tmp_path, queries=10)
+    out = api.register(h, None, reg, backbone="dinov2-large_v1.5", benchmark="ilias.mini-2")
+    api.tag(out["ref"], "rel-1.0", reg)
+    (row,) = api.query("R@1 at N=1e6 for dinov2-large_v1.5@rel-1.0 on ilias.mini-2", reg, bootstrap=0)["rows"]
+    assert (row["backbone"], row["benchmark"], row["version"]) == ("dinov2-large_v1.5", "ilias.mini-2", "v1")
+    # the message suggests a name that works
+    with pytest.raises(InvalidArgumentError, match="e.g. 'facebook_dinov2-large' with --backbone"):
+        api.register(h, None, reg, backbone="facebook/dinov2-large")

@@ -10,6 +10,46 @@ from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tai
 from rscale.api.querying import query
 
 
+GLOB_CHARS = "*?[]"
+
+
+def check_name(kind: str, name: str, flag: str = "") -> str:
+    """``name`` if a query can name it, else InvalidArgumentError saying what is allowed.
+
+    The test is the query grammar itself (:func:`rscale.query.grammar.parse`): every name must
+    come back from ``... for NAME`` as a plain backbone name, with no glob character (it would
+    match other names), so one rule holds for all; a benchmark must also come back from
+    ``... on NAME``, a tag from ``... for x@NAME``.
+    """
+    from rscale.errors import InvalidArgumentError, QuerySyntaxError
+    from rscale.query.grammar import KEYWORDS, MODES, BackboneRef, parse
+
+    def nameable(text: str) -> bool:
+        if not text or text != text.strip() or any(c in text for c in GLOB_CHARS):
+            return False
+        try:
+            # one rule for every name: what the grammar reads as a plain backbone name
+            if parse(f"R@1 for {text}").backbones != (BackboneRef(text),):
+                return False
+            if kind == "backbone":
+                return True
+            if kind == "benchmark":
+                return parse(f"R@1 on {text}").benchmark == text
+            return parse(f"R@1 for x@{text}").backbones == (BackboneRef("x", text),)
+        except QuerySyntaxError:
+            return False
+
+    if nameable(name):
+        return name
+    import re
+    fix = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))).strip("_")
+    hint = f" (e.g. {fix!r}{' with ' + flag if flag else ''})" if fix and nameable(fix) else ""
+    raise InvalidArgumentError(
+        f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
+        f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
+        f"({', '.join(KEYWORDS + MODES)})")
+
+
 def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
              mlflow_run_id=None) -> dict:
     """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
@@ -19,6 +59,8 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
+    backbone = check_name("backbone", backbone or meta.get("backbone") or "unnamed", "--backbone")
+    benchmark = check_name("benchmark", benchmark or meta.get("benchmark") or "unknown", "--benchmark")
     from rscale.producers.lineage import code_version, read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
@@ -56,8 +98,8 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
             summary["tail_check"] = check
     reg = Registry.locate(registry)
     version, created = reg.register(
-        backbone=backbone or meta.get("backbone") or "unnamed",
-        benchmark=benchmark or meta.get("benchmark") or "unknown",
+        backbone=backbone,
+        benchmark=benchmark,
         source=source or meta.get("distractor_source") or "unknown",
         estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
         sample_file=sample_stats, params=est.params, code_version=code_version(),
@@ -81,6 +123,7 @@ def show(name: str, registry=None, benchmark=None, estimator=None):
 
 def tag(name: str, tag_name: str, registry=None, benchmark=None, estimator=None):
     from rscale.store.registry import Registry
+    check_name("tag", tag_name)
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
