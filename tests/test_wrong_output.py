@@ -146,3 +146,24 @@ def test_every_accepted_name_can_be_queried(tmp_path):
     # the message suggests a name that works
     with pytest.raises(InvalidArgumentError, match="e.g. 'facebook_dinov2-large' with --backbone"):
         api.register(h, None, reg, backbone="facebook/dinov2-large")
+
+
+def test_curve_starts_at_its_measured_points_and_draws_the_reported_interval(tmp_path):
+    reg = tmp_path / "reg"
+    h, s = make_files(tmp_path, s=20_000, queries=50)
+    api.register(h, s, reg)
+    data = api.curve("mAP@1000 for sim_gaussian", registry=reg, points=9, bootstrap=200)
+    (series,) = data["series"]
+    first_measured = series["sampled"][0][0]
+    assert first_measured < 1e4 and series["N"][0] <= first_measured
+    assert series["N"][-1] >= 1e9
+    # the band is the interval `rscale query` reports at the same sizes (same bootstrap and seed)
+    band = api.curve("mAP@1000 for sim_gaussian", "1e6..1e8", 3, reg, bootstrap=200)["series"][0]
+    assert band["N"] == [1e6, 1e7, 1e8]
+    rows = api.query("mAP@1000 at N=1e6,1e7,1e8 for sim_gaussian", reg, bootstrap=200)["rows"]
+    assert [r["value"] for r in rows] == pytest.approx(band["value"])
+    assert [r["ci_low"] for r in rows] == pytest.approx(band["ci_low"])
+    assert [r["ci_high"] for r in rows] == pytest.approx(band["ci_high"])
+    # and it is wider than the bare query bootstrap: the stored distractor terms are in it
+    plain = api.predict(h, ["mAP@1000"], [1e8], bootstrap=200)[0]
+    assert band["ci_high"][-1] - band["ci_low"][-1] > plain["ci_high"] - plain["ci_low"]
