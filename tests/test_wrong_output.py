@@ -103,18 +103,6 @@ def test_code_version_is_the_packages_own_not_the_working_directorys(tmp_path, m
         assert got == f"rscale {rscale.__version__}"
 
 
-def test_producers_do_not_import_api():
-    import ast
-    from pathlib import Path
-
-    import rscale.producers
-    for path in Path(rscale.producers.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            assert not any(n == "rscale.api" or n.startswith("rscale.api.") for n in names), path.name
-
-
 @pytest.mark.parametrize("name", ["facebook/dinov2-large", "my model", "*", "a@b", "dino*", "x,y", "a=b", "for",
                                   "Expected", "a b"])
 def test_names_a_query_cannot_name_are_refused_at_registration(tmp_path, name):
