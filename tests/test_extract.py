@@ -176,10 +176,10 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
     pq.write_table(pa.table({"query_id": ["id0", "id1"], "positive_id": ["id2", "id3"]}), sets / "qrels.parquet")
-    api.score(sets / "queries", sets / "positives", sets / "qrels.parquet", sets / "distractors",
-              tmp_path / "ss.parquet", k=5)
-    api.estimate(tmp_path / "ss.parquet", "count", (), tmp_path / "h.parquet")
-    out = api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", tmp_path / "reg")
+    api.score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=sets / "distractors",
+              out=tmp_path / "ss.parquet", k=5)
+    api.estimate(tmp_path / "ss.parquet", "count", params=(), out=tmp_path / "h.parquet")
+    out = api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", registry=tmp_path / "reg")
     lin = api.lineage(out["ref"].split("@")[0], tmp_path / "reg")
     meta = lin["inputs"]["sample"]["meta"]
     assert meta["weights_sha256"] == weights_digest(model)
@@ -189,7 +189,7 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     assert score_run.data.tags["rscale.stage"] == "score"
     manifest_digest = score_run.data.tags["rscale.input.distractors"]
     dist_manifest = DescriptorSet.open(sets / "distractors").manifest
-    from rscale.producers.lineage import read_run_id
+    from rscale.store.run_sidecar import read_run_id
     assert "mlflow_run_id" not in dist_manifest               # artifacts stay deterministic
     extract_run = client.get_run(read_run_id(sets / "distractors" / "manifest.json"))
     assert extract_run.data.tags["rscale.input.weights"] == weights_digest(model)

@@ -29,11 +29,11 @@ def test_register_versions_and_idempotence(tmp_path):
     reg = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
     h2, _ = make_files(tmp_path, seed=1)
-    a = api.register(h1, s1, reg)
+    a = api.register(h1, s1, registry=reg)
     assert a["created"] and a["ref"] == "sim_gaussian@v1"
-    again = api.register(h1, s1, reg)
+    again = api.register(h1, s1, registry=reg)
     assert not again["created"] and again["ref"] == "sim_gaussian@v1"
-    b = api.register(h2, None, reg)
+    b = api.register(h2, None, registry=reg)
     assert b["ref"] == "sim_gaussian@v2"
     versions = api.list_versions(reg)
     assert [v.version for v in versions] == [1, 2]
@@ -46,7 +46,7 @@ def test_register_versions_and_idempotence(tmp_path):
 def test_blobs_are_read_only_and_content_addressed(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     p = reg.blob_path(v.hardness)
@@ -59,20 +59,20 @@ def test_tags_move_and_resolve(tmp_path):
     reg = tmp_path / "reg"
     h1, _ = make_files(tmp_path, seed=0)
     h2, _ = make_files(tmp_path, seed=1)
-    api.register(h1, None, reg)
-    api.register(h2, None, reg)
-    api.tag("sim_gaussian@v1", "released", reg)
+    api.register(h1, None, registry=reg)
+    api.register(h2, None, registry=reg)
+    api.tag("sim_gaussian@v1", "released", registry=reg)
     assert api.show("sim_gaussian@released", reg).version == 1
-    api.tag("sim_gaussian@v2", "released", reg)
+    api.tag("sim_gaussian@v2", "released", registry=reg)
     assert api.show("sim_gaussian@released", reg).version == 2
     with pytest.raises(RegistryError, match="reserved"):
-        api.tag("sim_gaussian@v1", "latest", reg)
+        api.tag("sim_gaussian@v1", "latest", registry=reg)
 
 
 def test_unknown_names_suggest(tmp_path):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     with pytest.raises(NotFoundError, match="Did you mean 'sim_gaussian'"):
         api.show("sim-gaussian", reg)
     with pytest.raises(NotFoundError, match="no version 'v9'"):
@@ -84,7 +84,7 @@ def test_unknown_names_suggest(tmp_path):
 def test_verify_reports_corrupt_missing_extra(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     assert len(api.verify(reg_root)["checked"]) == 3
     v = reg.get("sim_gaussian")
@@ -101,7 +101,7 @@ def test_verify_reports_corrupt_missing_extra(tmp_path):
 def _writer(args):
     root, h, i = args
     from rscale import api as a
-    return a.register(h, None, root, backbone=f"bb{i % 3}")["ref"]
+    return a.register(h, None, registry=root, backbone=f"bb{i % 3}")["ref"]
 
 
 def test_concurrent_writers_in_several_processes(tmp_path):
@@ -121,7 +121,7 @@ def test_query_answers_from_registry(tmp_path):
     reg = tmp_path / "reg"
     for preset in ("sim_gaussian", "sim_bounded"):
         h, _ = make_files(tmp_path, preset=preset)
-        api.register(h, None, reg)
+        api.register(h, None, registry=reg)
     ans = api.query("map@1000, R@1 at N=1e6,1e8 for sim_*", reg)
     assert ans["query"] == "mAP@1000, R@1 at N=1e6,1e8 for sim_*"
     assert len(ans["rows"]) == 8
@@ -132,13 +132,13 @@ def test_query_answers_from_registry(tmp_path):
     # the stored answer equals predicting from the original file
     one = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
     h, _ = make_files(tmp_path, preset="sim_gaussian")
-    assert one["value"] == pytest.approx(api.predict(h, ["mAP@1000"], [1e8])[0]["value"])
+    assert one["value"] == pytest.approx(api.predict(h, ["mAP@1000"], sizes=[1e8])[0]["value"])
 
 
 def test_query_errors(tmp_path):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     from rscale.errors import QuerySyntaxError
     with pytest.raises(QuerySyntaxError, match="add 'at N=1e8'"):
         api.query("mAP@1000 for sim_gaussian", reg)
@@ -149,8 +149,8 @@ def test_query_errors(tmp_path):
 def test_bundle_round_trip_and_tamper(tmp_path):
     src = tmp_path / "src"
     h, s = make_files(tmp_path)
-    api.register(h, s, src)
-    bundle, v = api.export("sim_gaussian", tmp_path / "b.tar", src, license="CC-BY-4.0")
+    api.register(h, s, registry=src)
+    bundle, v = api.export("sim_gaussian", tmp_path / "b.tar", registry=src, license="CC-BY-4.0")
     dst = tmp_path / "dst"
     imported, created = api.import_(bundle, dst)
     assert created and imported.hardness == v.hardness
@@ -209,20 +209,20 @@ def test_bundle_round_trip_and_tamper(tmp_path):
 def test_small_samples_are_flagged_when_extrapolated(tmp_path):
     # below 50k sampled distractors the simulator's interval coverage falls: say so, with the size
     reg = tmp_path / "reg"
-    api.register(*make_files(tmp_path, s=20_000), reg)
+    api.register(*make_files(tmp_path, s=20_000), registry=reg)
     ans = api.query("mAP@1000 at N=1e6 for sim_gaussian", reg)
     assert any("S=20,000" in w and "sample 50,000 or more" in w for w in ans["warnings"])
     near = api.query("mAP@1000 at N=1e5 for sim_gaussian", reg)      # 5x the sample: no warning
     assert not any("inside the bulk" in w for w in near["warnings"])
     big = tmp_path / "big"
-    api.register(*make_files(tmp_path, seed=1), big)
+    api.register(*make_files(tmp_path, seed=1), registry=big)
     assert not any("inside the bulk" in w for w in api.query("mAP@1000 at N=1e8 for sim_gaussian", big)["warnings"])
 
 
 def test_budget_warning_diff_and_lineage(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_neardup", queries=60)
-    out = api.register(h, s, reg)
+    out = api.register(h, s, registry=reg)
     v = api.show(out["ref"], reg)
     b = v.summary["budget"]
     assert b["N"][0] == 1e5 and len(b["sufficient"]) == len(b["N"]) == len(b["noise"])
@@ -236,18 +236,18 @@ def test_budget_warning_diff_and_lineage(tmp_path):
     assert lin["inputs"]["sample"]["meta"]["backbone"] == "sim_neardup"
     assert lin["params"]["count_test"] == 0.01
     h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=60)
-    api.register(h2, None, reg)
-    d = api.diff("sim_neardup@v1", "sim_neardup@v2", reg, top=3)
+    api.register(h2, None, registry=reg)
+    d = api.diff("sim_neardup@v1", "sim_neardup@v2", registry=reg, top=3)
     assert d["queries_compared"] == 60 and len(d["largest_query_changes"]) == 3
     assert d["ci_low"] <= d["difference"] <= d["ci_high"]
-    same = api.diff("sim_neardup@v1", "sim_neardup@v1", reg)
+    same = api.diff("sim_neardup@v1", "sim_neardup@v1", registry=reg)
     assert same["difference"] == 0 and same["rule_changed_share"] == 0
 
 
 def test_missing_blob_is_a_clear_error(tmp_path):
     reg_root = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg_root)
+    api.register(h, None, registry=reg_root)
     reg = Registry(reg_root)
     reg.blob_path(reg.get("sim_gaussian").hardness).unlink()
     with pytest.raises(RegistryError, match="missing.*rscale verify"):
@@ -265,8 +265,8 @@ def test_corrupt_catalog_is_a_clear_error(tmp_path):
 def test_curve_data_and_plot(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, queries=50)
-    api.register(h, s, reg)
-    data = api.curve("mAP@1000 for sim_gaussian", "1e5..1e9", 9, reg, bootstrap=50)
+    api.register(h, s, registry=reg)
+    data = api.curve("mAP@1000 for sim_gaussian", "1e5..1e9", points=9, registry=reg, bootstrap=50)
     (series,) = data["series"]
     assert len(series["N"]) == 9 and series["N"][0] == 1e5 and series["N"][-1] == 1e9
     assert all(lo <= v <= hi for v, lo, hi in zip(series["value"], series["ci_low"], series["ci_high"]))
@@ -289,7 +289,7 @@ def test_curve_data_and_plot(tmp_path):
 def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
     reg_root = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
-    api.register(h1, s1, reg_root)
+    api.register(h1, s1, registry=reg_root)
     before = api.verify(reg_root)
     h2, s2 = make_files(tmp_path, seed=1)
 
@@ -297,7 +297,7 @@ def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
         raise RuntimeError("disk full in the middle of the catalog transaction")
     monkeypatch.setattr(Registry, "_register_rows", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        api.register(h2, s2, reg_root)
+        api.register(h2, s2, registry=reg_root)
     monkeypatch.undo()
     after = api.verify(reg_root)
     assert after == before                     # no orphan blobs, nothing corrupt or missing
@@ -305,14 +305,14 @@ def test_failed_registration_leaves_nothing_behind(tmp_path, monkeypatch):
     # a sample-stats file is not a hardness table: refused before anything is written
     from rscale.errors import FormatError
     with pytest.raises(FormatError):
-        api.register(s2, None, reg_root)
+        api.register(s2, None, registry=reg_root)
     assert api.verify(reg_root) == before
 
 
 def test_sensitivity_range_is_stored_and_reported(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    api.register(h, s, reg)
+    api.register(h, s, registry=reg)
     sens = api.show("sim_gaussian", reg).summary["sensitivity"]
     assert all(lo <= hi for lo, hi in zip(sens["low"], sens["high"]))
     row = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
@@ -328,12 +328,12 @@ def test_sensitivity_range_is_stored_and_reported(tmp_path):
 def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    api.register(h, s, reg)
+    api.register(h, s, registry=reg)
     dsd = api.show("sim_gaussian", reg).summary["distractor_sd"]
     assert dsd["splits"] == 3 and all(v >= 0 for v in dsd["sd"])
     with_term = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
     h2, _ = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    plain = api.predict(h2, ["mAP@1000"], [1e8])[0]           # query bootstrap only
+    plain = api.predict(h2, ["mAP@1000"], sizes=[1e8])[0]           # query bootstrap only
     assert with_term["value"] == pytest.approx(plain["value"])
     assert with_term["ci_low"] <= plain["ci_low"] + 1e-12 and with_term["ci_high"] >= plain["ci_high"] - 1e-12
     i = dsd["N"].index(1e8)
@@ -350,7 +350,7 @@ def _registry_written_a_minute_ago(tmp_path):
 
     reg_path = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
-    api.register(h1, s1, reg_path)
+    api.register(h1, s1, registry=reg_path)
     reg = Registry(reg_path)
     old = reg.catalog.stat().st_mtime - 60
     os.utime(reg.catalog, (old, old))
@@ -373,7 +373,7 @@ def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeyp
     assert Registry(reg_path).versions() == first       # served from the cache: no connection
     monkeypatch.setattr(Registry, "connect", real_connect)
     h2, s2 = make_files(tmp_path, seed=1)
-    api.register(h2, s2, reg_path)                      # the catalog changes: the cache must notice
+    api.register(h2, s2, registry=reg_path)                      # the catalog changes: the cache must notice
     assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
     # a freshly written catalog is not cached at all (coarse file times)
     monkeypatch.setattr(Registry, "connect", refuse)
@@ -412,7 +412,7 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     monkeypatch.undo()
     # a registration changes the catalog: the snapshot's key no longer matches
     h2, s2 = make_files(tmp_path, seed=1)
-    api.register(h2, s2, reg_path)
+    api.register(h2, s2, registry=reg_path)
     registry_module._CATALOG_CACHE.clear()
     assert [v.version for v in Registry(reg_path).versions()] == [1, 2]
     # a damaged snapshot is ignored, and a tampered one (matching key) is reported by verify
@@ -435,7 +435,7 @@ def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
     h_path = tmp_path / "nd.parquet"
     write_hardness(estimate(ss, "evt"), ss, h_path)
     reg = tmp_path / "reg"
-    api.register(h_path, s_path, reg)
+    api.register(h_path, s_path, registry=reg)
     check = api.show("sim_neardup", reg).summary["tail_check"]
     assert check["rejected_share"] >= 0.05
     ans = api.query("mAP@1000 at N=1e8 for sim_neardup", reg)

@@ -27,13 +27,13 @@ def test_one_backbone_on_two_benchmarks_is_two_rows_compared_on_their_own_values
     reg = tmp_path / "reg"
     ha, _ = make_files(tmp_path, "sim_gaussian")
     hb, _ = make_files(tmp_path, "sim_bounded")
-    api.register(ha, None, reg, backbone="bb", benchmark="bench_a")
-    api.register(hb, None, reg, backbone="bb", benchmark="bench_b")
+    api.register(ha, None, registry=reg, backbone="bb", benchmark="bench_a")
+    api.register(hb, None, registry=reg, backbone="bb", benchmark="bench_b")
     ans = api.query("mAP@1000 at N=1e8 for bb", reg, bootstrap=300)
     by = {r["benchmark"]: r["value"] for r in ans["rows"]}
     assert set(by) == {"bench_a", "bench_b"}
-    want_a = api.predict(ha, ["mAP@1000"], [1e8], bootstrap=0)[0]["value"]
-    want_b = api.predict(hb, ["mAP@1000"], [1e8], bootstrap=0)[0]["value"]
+    want_a = api.predict(ha, ["mAP@1000"], sizes=[1e8], bootstrap=0)[0]["value"]
+    want_b = api.predict(hb, ["mAP@1000"], sizes=[1e8], bootstrap=0)[0]["value"]
     assert by == {"bench_a": pytest.approx(want_a), "bench_b": pytest.approx(want_b)}
     # same query ids on both benchmarks: the paired difference is taken between the two series'
     # own per-query values (it was 0 when both were keyed 'bb@v1')
@@ -53,8 +53,8 @@ def test_warnings_name_the_series_they_are_about(tmp_path):
     reg = tmp_path / "reg"
     small, _ = make_files(tmp_path, s=20_000)
     big, _ = make_files(tmp_path, seed=1)
-    api.register(small, None, reg, backbone="bb", benchmark="tiny")
-    api.register(big, None, reg, backbone="bb", benchmark="large")
+    api.register(small, None, registry=reg, backbone="bb", benchmark="tiny")
+    api.register(big, None, registry=reg, backbone="bb", benchmark="large")
     ws = api.query("mAP@1000 at N=1e7 for bb", reg, bootstrap=0)["warnings"]
     bulk = [w for w in ws if "inside the bulk" in w]
     assert len(bulk) == 1 and "on tiny" in bulk[0] and "large" not in bulk[0]
@@ -67,11 +67,11 @@ def test_register_refuses_a_sample_the_hardness_was_not_estimated_from(tmp_path)
     _, other_queries = make_files(tmp_path, seed=0, queries=30)
     for wrong, what in ((other_draw, "differ"), (other_queries, "query ids differ")):
         with pytest.raises(InvalidArgumentError, match=f"not the sample of .*{what}"):
-            api.register(h, wrong, reg)
+            api.register(h, wrong, registry=reg)
         with pytest.raises(InvalidArgumentError, match=f"not the sample of .*{what}"):
             api.predict(h, sample_stats=wrong, bootstrap=10)
     assert not (reg / "catalog.duckdb").exists()
-    assert api.register(h, s, reg)["created"]
+    assert api.register(h, s, registry=reg)["created"]
 
 
 def test_code_version_is_the_packages_own_not_the_working_directorys(tmp_path, monkeypatch):
@@ -110,13 +110,13 @@ def test_names_a_query_cannot_name_are_refused_at_registration(tmp_path, name):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path, queries=10)
     with pytest.raises(InvalidArgumentError, match="cannot be named in a query: use letters, digits and _ . -"):
-        api.register(h, None, reg, backbone=name)
+        api.register(h, None, registry=reg, backbone=name)
     with pytest.raises(InvalidArgumentError, match="benchmark name"):
-        api.register(h, None, reg, benchmark=name)
+        api.register(h, None, registry=reg, benchmark=name)
     assert not (reg / "catalog.duckdb").exists()
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     with pytest.raises(InvalidArgumentError, match="tag name"):
-        api.tag("sim_gaussian@v1", name, reg)
+        api.tag("sim_gaussian@v1", name, registry=reg)
     for kind in ("backbone", "benchmark", "tag"):
         with pytest.raises(InvalidArgumentError):
             check_name(kind, name)
@@ -127,31 +127,31 @@ def test_names_a_query_cannot_name_are_refused_at_registration(tmp_path, name):
 def test_every_accepted_name_can_be_queried(tmp_path):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path, queries=10)
-    out = api.register(h, None, reg, backbone="dinov2-large_v1.5", benchmark="ilias.mini-2")
-    api.tag(out["ref"], "rel-1.0", reg)
+    out = api.register(h, None, registry=reg, backbone="dinov2-large_v1.5", benchmark="ilias.mini-2")
+    api.tag(out["ref"], "rel-1.0", registry=reg)
     (row,) = api.query("R@1 at N=1e6 for dinov2-large_v1.5@rel-1.0 on ilias.mini-2", reg, bootstrap=0)["rows"]
     assert (row["backbone"], row["benchmark"], row["version"]) == ("dinov2-large_v1.5", "ilias.mini-2", "v1")
     # the message suggests a name that works
     with pytest.raises(InvalidArgumentError, match="e.g. 'facebook_dinov2-large' with --backbone"):
-        api.register(h, None, reg, backbone="facebook/dinov2-large")
+        api.register(h, None, registry=reg, backbone="facebook/dinov2-large")
 
 
 def test_curve_starts_at_its_measured_points_and_draws_the_reported_interval(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, s=20_000, queries=50)
-    api.register(h, s, reg)
+    api.register(h, s, registry=reg)
     data = api.curve("mAP@1000 for sim_gaussian", registry=reg, points=9, bootstrap=200)
     (series,) = data["series"]
     first_measured = series["sampled"][0][0]
     assert first_measured < 1e4 and series["N"][0] <= first_measured
     assert series["N"][-1] >= 1e9
     # the band is the interval `rscale query` reports at the same sizes (same bootstrap and seed)
-    band = api.curve("mAP@1000 for sim_gaussian", "1e6..1e8", 3, reg, bootstrap=200)["series"][0]
+    band = api.curve("mAP@1000 for sim_gaussian", "1e6..1e8", points=3, registry=reg, bootstrap=200)["series"][0]
     assert band["N"] == [1e6, 1e7, 1e8]
     rows = api.query("mAP@1000 at N=1e6,1e7,1e8 for sim_gaussian", reg, bootstrap=200)["rows"]
     assert [r["value"] for r in rows] == pytest.approx(band["value"])
     assert [r["ci_low"] for r in rows] == pytest.approx(band["ci_low"])
     assert [r["ci_high"] for r in rows] == pytest.approx(band["ci_high"])
     # and it is wider than the bare query bootstrap: the stored distractor terms are in it
-    plain = api.predict(h, ["mAP@1000"], [1e8], bootstrap=200)[0]
+    plain = api.predict(h, ["mAP@1000"], sizes=[1e8], bootstrap=200)[0]
     assert band["ci_high"][-1] - band["ci_low"][-1] > plain["ci_high"] - plain["ci_low"]

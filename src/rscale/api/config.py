@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 
-def load_config(path, section: str) -> dict:
-    """One section of a params.yaml-style file (e.g. ``estimate``), as a dict."""
+def load_config(path, section: str | None = None) -> dict:
+    """A params.yaml-style file as a dict, or one mapping section of it (e.g. ``estimate``).
+
+    The one reader of configuration files (the CLI's ``--config``, the pipeline demo).
+    """
     import yaml
 
     from rscale.errors import FormatError
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         raise FormatError("file not found", path=str(path)) from None
     except yaml.YAMLError as exc:
         raise FormatError(f"not valid YAML ({exc})", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise FormatError("expected a mapping of sections (see params.yaml)", path=str(path))
+    if section is None:
+        return data
     if section not in data or not isinstance(data[section], dict):
         raise FormatError(f"no '{section}:' section", path=str(path),
                           hint=f"add a mapping under '{section}:' (see params.yaml)")

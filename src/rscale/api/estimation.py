@@ -22,7 +22,7 @@ def _parse_param(text: str):
     return key.strip(), raw
 
 
-def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
+def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given.
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
@@ -56,7 +56,7 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
         assert isinstance(est, HardnessEstimate)
         written = [str(p) for p in write_hardness(est, ss, out)] if out else []
         if written:
-            from rscale.producers.lineage import write_run_sidecar
+            from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
         for p in written:
             record.output(Path(p).name, digest_file(p))
@@ -76,7 +76,7 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     return summary
 
 
-def check_sample_of(ss, est, info, sample_name, hardness_name) -> None:
+def check_sample_of(ss, est, *, info, sample_name, hardness_name) -> None:
     """Refuse sample stats that are not the sample a hardness table was estimated from: the same
     queries, the same positives of each query, the same S per query and the same sampled counts."""
     from rscale.errors import InvalidArgumentError
@@ -95,7 +95,7 @@ def check_sample_of(ss, est, info, sample_name, hardness_name) -> None:
                                        f"{what} differ); pass the file the hardness was estimated from")
 
 
-def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
+def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
             sample_stats=None) -> list[dict]:
     """Predicted metric values with query-bootstrap CIs from a hardness file.
@@ -117,14 +117,16 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     ss = None
     if sample_stats is not None:
         ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-        check_sample_of(ss, est, info, sample_stats, hardness)
+        check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
     idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
     rows = []
     for m in measures:
         measure = m if isinstance(m, Measure) else Measure.parse(m)
-        terms = distractor_sd(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
-        check = tail_check(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
+        terms = check = None
+        if ss is not None:
+            terms = distractor_sd(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
+            check = tail_check(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
         for j, n in enumerate(sizes):
             pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
                                    in_pool_counts=info["counts"] if in_pool else None)
@@ -148,7 +150,7 @@ HEAVY_XI_MAX = 0.5
 BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
 
 
-def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000",
+def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
                  sizes=BUDGET_SIZES, seed: int = 0) -> dict:
     """The sufficient-budget diagnostic of a sample, for the gallery sizes in ``sizes``.
 
@@ -191,7 +193,7 @@ def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@10
     return out
 
 
-def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+def distractor_sd(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
                   splits: int = 3) -> dict:
     """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap)
     and its convergence step.
@@ -226,7 +228,7 @@ def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1
             "step": [round(float(v), 5) for v in step], "splits": splits}
 
 
-def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+def tail_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
                level: float = 0.01) -> dict | None:
     """The tail-model alternatives of an evt estimate (None for other methods): predictions under
     other tail models its data do not rule out, the ends the reported interval stretches to.

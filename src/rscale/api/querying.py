@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """Answer a query from stored hardness: rows of predictions with CIs, plus warnings."""
     from rscale.core.prediction import resolve_mode
     from rscale.core.uncertainty import paired_difference
@@ -36,7 +36,8 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
                 f"nothing beyond its top 1/S; at S = 10k of a 1M pool the reported interval covered only 61-80% "
                 f"of simulator cells (docs/benchmarks.md): sample {SMALL_SAMPLE:,} or more")
         cells = [(m, n) for m in q.measures for n in q.sizes]
-        for (m, n), (pq, lo, hi) in zip(cells, reported_intervals(v, est, cells, q.mode, bootstrap, seed, level)):
+        answers = reported_intervals(v, est, cells=cells, mode=q.mode, bootstrap=bootstrap, seed=seed, level=level)
+        for (m, n), (pq, lo, hi) in zip(cells, answers):
             per_query[(_key(v), str(m), n)] = (info["query_ids"], pq)
             r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
             row_series.append(_key(v))
@@ -87,7 +88,7 @@ def query(text: str, registry=None, bootstrap: int = 1000, seed: int = 0, level:
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
 
 
-def reported_intervals(v, est, cells, mode=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95):
+def reported_intervals(v, est, *, cells, mode=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95):
     """(per-query values, low, high) of the interval ``rscale query`` reports, for each
     (measure, N) cell of one version: the query-bootstrap percentile CI widened by the version's
     stored distractor, convergence and tail-model terms (:func:`_reported_ci`). NaN bounds
@@ -171,7 +172,7 @@ def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
 DEFAULT_CURVE_RANGE = (1e5, 1e9)
 
 
-def curve(text: str, n_range: str | None = None, points: int = 25, registry=None, bootstrap: int = 1000,
+def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=None, bootstrap: int = 1000,
           seed: int = 0, level: float = 0.95) -> dict:
     """Metric vs N for every backbone of a query (no sizes in it): values, band, sampled points.
 
@@ -229,7 +230,8 @@ def curve(text: str, n_range: str | None = None, points: int = 25, registry=None
     for v, per in zip(versions, measured):
         est, _ = reg.read_hardness(v)
         for m in q.measures:
-            band = reported_intervals(v, est, [(m, float(n)) for n in ns], q.mode, bootstrap, seed, level)
+            band = reported_intervals(v, est, cells=[(m, float(n)) for n in ns], mode=q.mode, bootstrap=bootstrap,
+                                      seed=seed, level=level)
             series.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                            "measure": str(m), "N": ns.tolist(), "value": [float(pq.mean()) for pq, _, _ in band],
                            "ci_low": [lo for _, lo, _ in band], "ci_high": [hi for _, _, hi in band],

@@ -13,7 +13,7 @@ from rscale.api.querying import query
 GLOB_CHARS = "*?[]"
 
 
-def check_name(kind: str, name: str, flag: str = "") -> str:
+def check_name(kind: str, name: str, *, flag: str = "") -> str:
     """``name`` if a query can name it, else InvalidArgumentError saying what is allowed.
 
     The test is the query grammar itself (:func:`rscale.query.grammar.parse`): every name must
@@ -50,7 +50,7 @@ def check_name(kind: str, name: str, flag: str = "") -> str:
         f"({', '.join(KEYWORDS + MODES)})")
 
 
-def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
+def register(hardness, sample_stats=None, *, registry=None, backbone=None, benchmark=None, source=None,
              mlflow_run_id=None) -> dict:
     """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
     from rscale.core.estimators.evt import rule_shares
@@ -59,9 +59,10 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
-    backbone = check_name("backbone", backbone or meta.get("backbone") or "unnamed", "--backbone")
-    benchmark = check_name("benchmark", benchmark or meta.get("benchmark") or "unknown", "--benchmark")
-    from rscale.producers.lineage import code_version, read_run_id
+    backbone = check_name("backbone", backbone or meta.get("backbone") or "unnamed", flag="--backbone")
+    benchmark = check_name("benchmark", benchmark or meta.get("benchmark") or "unknown", flag="--benchmark")
+    from rscale.producers.lineage import code_version
+    from rscale.store.run_sidecar import read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
@@ -72,11 +73,11 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
         from rscale.api.estimation import check_sample_of
         from rscale.store.sample_stats_file import read_sample_stats
         ss = read_sample_stats(sample_stats)
-        check_sample_of(ss, est, info, sample_stats, hardness)
+        check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
         summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
         from rscale.errors import RscaleError
         try:
-            summary["budget"] = budget_check(ss, est.method, est.params)
+            summary["budget"] = budget_check(ss, est.method, params=est.params)
         except RscaleError as exc:  # a sample too small to halve three times: say so, still register
             summary["budget"] = {"error": str(exc)}
         if est.method == "evt":
@@ -90,10 +91,10 @@ def register(hardness, sample_stats=None, registry=None, backbone=None, benchmar
             summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
                                       "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
         try:
-            summary["distractor_sd"] = distractor_sd(ss, est.method, est.params)
+            summary["distractor_sd"] = distractor_sd(ss, est.method, params=est.params)
         except RscaleError as exc:
             summary["distractor_sd"] = {"error": str(exc)}
-        check = tail_check(ss, est.method, est.params)
+        check = tail_check(ss, est.method, params=est.params)
         if check is not None:
             summary["tail_check"] = check
     reg = Registry.locate(registry)
@@ -115,13 +116,13 @@ def list_versions(registry=None) -> list:
     return Registry.locate(registry).versions()
 
 
-def show(name: str, registry=None, benchmark=None, estimator=None):
+def show(name: str, registry=None, *, benchmark=None, estimator=None):
     from rscale.store.registry import Registry
     base, _, ver = name.partition("@")
     return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
 
 
-def tag(name: str, tag_name: str, registry=None, benchmark=None, estimator=None):
+def tag(name: str, tag_name: str, *, registry=None, benchmark=None, estimator=None):
     from rscale.store.registry import Registry
     check_name("tag", tag_name)
     reg = Registry.locate(registry)
@@ -136,7 +137,7 @@ def verify(registry=None) -> dict:
     return Registry.locate(registry).verify()
 
 
-def export(name: str, out, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
+def export(name: str, out, *, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
     from rscale.store.bundle import export_bundle
     from rscale.store.registry import Registry
     reg = Registry.locate(registry)
@@ -151,7 +152,7 @@ def import_(bundle, registry=None):
     return import_bundle(Registry.locate(registry), bundle)
 
 
-def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
+def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
     """A markdown summary of a registry: latest version of every series x measures x sizes."""
     from rscale.query.grammar import format_size
     from rscale.store.registry import Registry
@@ -177,7 +178,7 @@ def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) ->
     return "\n".join(lines) + "\n"
 
 
-def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
+def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict:
     """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
     import pyarrow.parquet as pq
 
@@ -207,7 +208,7 @@ def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
     return out
 
 
-def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
+def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
          benchmark=None, estimator=None) -> dict:
     """Per-query metric and per-positive hardness differences between two versions (b - a)."""
     from rscale.core.prediction import predict_per_query

@@ -27,7 +27,7 @@ def read_qrels(path) -> dict:
     return out
 
 
-def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
+def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
@@ -90,7 +90,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
         secs = time.perf_counter() - t
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
-        from rscale.producers.lineage import write_run_sidecar
+        from rscale.store.run_sidecar import write_run_sidecar
         write_run_sidecar(out, "score", run.run_id)
         run.metric("seconds_scoring", secs)
         run.metric("sampled", float(ss.n_sampled.max()))
@@ -100,7 +100,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
             "drifting": None if report is None else report.drifting}
 
 
-def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=200_000, hard_share=0.01,
+def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors=200_000, hard_share=0.01,
                          seed=0, backbone="sim_desc", shard_size=65_536, noise=(0.6, 0.6)) -> str:
     """Write simulated query/positive/distractor descriptor sets and their qrels under ``out``."""
     from pathlib import Path
@@ -133,7 +133,7 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
            f"distractors ({distractors:,}), qrels.parquet"
 
 
-def extract(images, model_dir, out, role="distractors", layout="folder", crop=False, pooling="cls",
+def extract(images, model_dir, *, out, role="distractors", layout="folder", crop=False, pooling="cls",
             resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
     """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
 

@@ -144,7 +144,7 @@ def estimate(
     if config:
         method, from_file = api.estimator_from_config(config)
         params = from_file + params
-    summary = api.estimate(sample_stats, method, params, out)
+    summary = api.estimate(sample_stats, method, params=params, out=out)
     if fmt == "json":
         typer.echo(_json(summary))
         return
@@ -169,7 +169,7 @@ def predict(
     with --sample also the distractor-sampling, convergence and tail-model terms)."""
     from rscale import api
 
-    rows = api.predict(hardness, metric, [_parse_size(v) for v in n], mode=mode, in_pool=in_pool, sample_stats=sample)
+    rows = api.predict(hardness, metric, sizes=[_parse_size(v) for v in n], mode=mode, in_pool=in_pool, sample_stats=sample)
     _print_rows(rows, fmt, ["measure", "N", "value", "ci_low", "ci_high", "ci", "estimator", "mode", "extrapolation"])
 
 
@@ -225,7 +225,7 @@ def register(
     """Store a hardness table as a new immutable version (a no-op if identical content is there)."""
     from rscale import api
 
-    out = api.register(hardness, sample, registry, backbone, benchmark, source)
+    out = api.register(hardness, sample, registry=registry, backbone=backbone, benchmark=benchmark, source=source)
     if receipt:
         import json
         receipt.parent.mkdir(parents=True, exist_ok=True)
@@ -267,7 +267,7 @@ def show(name: str = typer.Argument(..., help="NAME[@VERSION], e.g. dinov3_l@v2 
 
     from rscale import api
 
-    v = api.show(name, registry, benchmark, estimator)
+    v = api.show(name, registry, benchmark=benchmark, estimator=estimator)
     typer.echo(json.dumps({**v.__dict__, "tags": list(v.tags)}, indent=2, default=str))
 
 
@@ -280,7 +280,7 @@ def tag(name: str = typer.Argument(..., help="NAME@VERSION to tag."),
     """Point a movable tag (released, ...) at a version."""
     from rscale import api
 
-    v = api.tag(name, tag_name, registry, benchmark, estimator)
+    v = api.tag(name, tag_name, registry=registry, benchmark=benchmark, estimator=estimator)
     typer.echo(f"{tag_name} -> {v.ref} [{'/'.join(v.series)}]")
 
 
@@ -342,7 +342,7 @@ def export_(name: str = typer.Argument(..., help="NAME[@VERSION] to export."),
     """Write a verifiable bundle (blobs + manifest with digests) for one version."""
     from rscale import api
 
-    path, v = api.export(name, out, registry, benchmark, estimator, license)
+    path, v = api.export(name, out, registry=registry, benchmark=benchmark, estimator=estimator, license=license)
     typer.echo(f"exported {v.ref} [{'/'.join(v.series)}] to {path}")
 
 
@@ -364,7 +364,7 @@ def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write m
     """Summarise a registry: backbones x gallery sizes, with estimator diagnostics."""
     from rscale import api
 
-    text = api.report(registry, metric, [_parse_size(v) for v in n])
+    text = api.report(registry, metric, sizes=[_parse_size(v) for v in n])
     if out is None:
         typer.echo(text)
         return
@@ -387,7 +387,7 @@ def lineage(name: str = typer.Argument(..., help="NAME[@VERSION]."),
 
     from rscale import api
 
-    typer.echo(json.dumps(api.lineage(name, registry, benchmark, estimator), indent=2, default=str))
+    typer.echo(json.dumps(api.lineage(name, registry, benchmark=benchmark, estimator=estimator), indent=2, default=str))
 
 
 @app.command()
@@ -404,7 +404,7 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
 
     from rscale import api
 
-    out = api.diff(a, b, registry, metric, _parse_size(n), top, benchmark, estimator)
+    out = api.diff(a, b, registry=registry, measure=metric, n=_parse_size(n), top=top, benchmark=benchmark, estimator=estimator)
     if fmt == "json":
         typer.echo(_json(out))
         return
@@ -431,7 +431,7 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
     from rscale import api
     from rscale.errors import InvalidArgumentError
 
-    data = api.curve(text, n, points, registry)
+    data = api.curve(text, n, points=points, registry=registry)
     if fmt == "json":
         typer.echo(_json(data))
     elif fmt == "csv":
@@ -464,7 +464,8 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
 
     from rscale import api
 
-    summary = api.score(queries, positives, qrels, distractors, out, fraction, seed, k, backend)
+    summary = api.score(queries, positives, qrels=qrels, distractors_dir=distractors, out=out, fraction=fraction,
+                        seed=seed, k=k, backend=backend)
     if fmt == "json":
         typer.echo(_json(summary))
     else:
@@ -489,8 +490,8 @@ def make_descriptors_cmd(
     """Generate simulated descriptor sets (the embedded stand-in for feature extraction)."""
     from rscale import api
 
-    typer.echo(api.make_descriptor_sets(out, instances, dim, positives, distractors, hard_share, seed, backbone,
-                                        noise=(noise_low, noise_high)))
+    typer.echo(api.make_descriptor_sets(out, instances, dim=dim, positives=positives, distractors=distractors,
+                                        hard_share=hard_share, seed=seed, backbone=backbone, noise=(noise_low, noise_high)))
 
 
 @app.command()
@@ -508,5 +509,5 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
     """Extract L2-normalised descriptors with a local transformers backbone (extract extra)."""
     from rscale import api
 
-    typer.echo(api.extract(images, model, out, role, layout, crop, pooling, resolution, batch_size,
-                           intervention, shard_size))
+    typer.echo(api.extract(images, model, out=out, role=role, layout=layout, crop=crop, pooling=pooling,
+                           resolution=resolution, batch_size=batch_size, intervention=intervention, shard_size=shard_size))

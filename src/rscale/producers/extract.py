@@ -206,7 +206,7 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
 
     params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "intervention": name,
               "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
-    from rscale.producers.lineage import write_run_sidecar
+    from rscale.store.run_sidecar import write_run_sidecar
     with producer_run("extract", params, inputs, enabled=lineage) as run:
         # what determines the vectors: resuming a folder made by another recipe is refused
         recipe = {k: record[k] for k in ("model_type", "pooling", "resolution", "intervention", "intervention_params",

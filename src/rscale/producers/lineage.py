@@ -24,6 +24,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+# run-id sidecars are a file format: their home is rscale.store.run_sidecar (re-exported here)
+from rscale.store.run_sidecar import read_run_id, sidecar, write_run_sidecar  # noqa: F401
+
 EXPERIMENT = "rscale"
 
 
@@ -132,25 +135,3 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
         record = RunRecord(mlflow, run.info.run_id)
         yield record
         mlflow.log_metric("seconds", time.perf_counter() - start)
-
-
-def sidecar(path) -> Path:
-    return Path(str(path) + ".run.json")
-
-
-def write_run_sidecar(path, stage: str, run_id) -> None:
-    """Record which producer run made ``path`` (nothing when there was no MLflow run)."""
-    import json
-    if run_id:
-        sidecar(path).write_text(json.dumps({"stage": stage, "mlflow_run_id": run_id}, sort_keys=True) + "\n")
-
-
-def read_run_id(path) -> str | None:
-    import json
-    p = sidecar(path)
-    if not p.exists():
-        return None
-    try:
-        return json.loads(p.read_text()).get("mlflow_run_id")
-    except (OSError, ValueError):
-        return None
