@@ -32,3 +32,35 @@ def test_one_config_reader(tmp_path):
         api.load_config(cfg)
     with pytest.raises(FormatError, match="file not found"):
         api.load_config(tmp_path)
+
+
+# extras' requirements that are used without an import of ours (name -> why)
+USED_WITHOUT_IMPORT = {"sqlalchemy": "mlflow's SQLite tracking store", "alembic": "mlflow's SQLite tracking store",
+                       "dvc": "the pipeline's command-line tool", "pytest": "the test runner",
+                       "hypothesis": "tests", "scikit-learn": "tests", "ir-measures": "tests"}
+IMPORT_NAME = {"pillow": "PIL", "faiss-cpu": "faiss", "mlflow-skinny": "mlflow"}
+
+
+def test_every_declared_extra_is_imported_by_rscale():
+    import ast
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import rscale
+    root = Path(rscale.__file__).resolve().parent
+    project = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())["project"]
+    imported = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    unused = []
+    for extra, reqs in project["optional-dependencies"].items():
+        for req in reqs:
+            name = re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower()
+            if name not in USED_WITHOUT_IMPORT and IMPORT_NAME.get(name, name) not in imported:
+                unused.append(f"{extra}: {name}")
+    assert not unused, f"declared but never imported: {unused}"
