@@ -237,3 +237,100 @@ def test_make_descriptor_sets_refuses_a_folder_of_other_parameters(tmp_path):
     with pytest.raises(InvalidArgumentError, match="another recipe.*seed"):
         api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=1, shard_size=100)
     api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=0, shard_size=100)
+
+
+def save_with_processor(tmp_path, kind="vit"):
+    """A tiny random checkpoint saved with an image processor that resizes the shortest edge and
+    centre-crops (the crop recipe the plain resize skips)."""
+    torch.manual_seed(0)
+    if kind == "mobilenet_v2":
+        model = transformers.MobileNetV2Model(transformers.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
+        with torch.no_grad():                   # the default init's activations vanish by the last layer
+            for p in model.parameters():
+                if p.dim() == 4:
+                    torch.nn.init.kaiming_normal_(p)
+        # 64 px in: a 2 x 2 last feature map, so 'mean' is a real spatial mean
+        proc = transformers.MobileNetV2ImageProcessor(size={"shortest_edge": 72}, crop_size={"height": 64, "width": 64})
+    else:
+        model = transformers.ViTModel(transformers.ViTConfig(**TINY))
+        proc = transformers.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32},
+                                               image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.25, 0.3])
+    path = tmp_path / f"{kind}_proc"
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
+    assert (path / "preprocessor_config.json").exists()
+    return path
+
+
+def _reference(path, items, pool):
+    """Descriptors computed with transformers alone: its processor, its model, then L2."""
+    proc = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+    model = transformers.AutoModel.from_pretrained(path, local_files_only=True).eval()
+    ims = [ex.open_image(p).convert("RGB") for _, p, _ in items]
+    with torch.inference_mode():
+        out = model(pixel_values=proc(images=ims, return_tensors="pt")["pixel_values"])
+    v = pool(out).float().numpy()
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_extract_preprocesses_through_the_checkpoints_image_processor(tmp_path):
+    model = save_with_processor(tmp_path)
+    items = images(tmp_path, n=5)
+    ds = ex.extract(items, model, tmp_path / "out", role="positives", batch_size=2, progress=False)
+    assert ds.manifest["preprocessing"] == "processor" and ds.manifest["recipe"]["preprocessing"] == "processor"
+    assert ds.manifest["image_processor"].startswith("CLIPImageProcessor") and ds.manifest["resolution"] == 32
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    np.testing.assert_allclose(got, _reference(model, items, lambda o: o.last_hidden_state[:, 0]), atol=1e-5)
+    # the opt-out for fixed-resolution protocols: a plain resize, recorded, and not the same vectors
+    plain = ex.extract(items, model, tmp_path / "plain", role="positives", preprocessing="resize", progress=False)
+    assert plain.manifest["preprocessing"] == "resize" and plain.manifest["image_processor"] == "none"
+    assert np.abs(np.concatenate([np.asarray(v) for _, v in plain.shards()]) - got).max() > 1e-3
+    # a resolution asks for the plain resize under auto; with an explicit processor it is refused
+    assert ex.load_backbone(model, resolution=48).preprocessing == "resize"
+    with pytest.raises(InvalidArgumentError, match="only with preprocessing 'resize'"):
+        ex.load_backbone(model, resolution=48, preprocessing="processor")
+    with pytest.raises(FormatError, match="no preprocessor_config.json"):
+        ex.load_backbone(save(tmp_path, "vit"), preprocessing="processor")
+    assert ex.load_backbone(save(tmp_path, "vit")).preprocessing == "resize"    # nothing else to use
+    # MSA's patch mask assumes the whole image is seen: not through a centre crop
+    with pytest.raises(InvalidArgumentError, match="use preprocessing 'resize'"):
+        MaskedScales()(ex.load_backbone(model), [ex.open_image(items[0][1])])
+    # the same folder, another preprocessing: another recipe, refused
+    with pytest.raises(InvalidArgumentError, match="another recipe.*preprocessing"):
+        ex.extract(items, model, tmp_path / "out", role="positives", preprocessing="resize", progress=False)
+
+
+def test_extract_mobilenet_v2_pooled_output(tmp_path):
+    model = save_with_processor(tmp_path, "mobilenet_v2")
+    items = images(tmp_path, n=4)
+    ds = ex.extract(items, model, tmp_path / "out", role="distractors", pooling="pooled", progress=False)
+    assert ds.manifest["model_type"] == "mobilenet_v2" and ds.manifest["preprocessing"] == "processor"
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    assert got.shape[1] == 1280                     # MobileNetV2's last 1x1 conv (not scaled below 1.0)
+    np.testing.assert_allclose(got, _reference(model, items, lambda o: o.pooler_output), atol=1e-5)
+    # mean pooling is the spatial mean of the last feature map: the same global average pool
+    mean = ex.extract(items, model, tmp_path / "mean", role="distractors", pooling="mean", progress=False)
+    np.testing.assert_allclose(np.concatenate([np.asarray(v) for _, v in mean.shards()]), got, atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match="no CLS token"):
+        ex.extract(items, model, tmp_path / "cls", role="distractors", pooling="cls", progress=False)
+    bb = ex.load_backbone(model, preprocessing="resize")
+    with pytest.raises(InvalidArgumentError, match="ViT-family backbone"):
+        MaskedScales()(bb, [ex.open_image(items[0][1])], "pooled")
+    with pytest.raises(InvalidArgumentError, match="no patch grid"):
+        bb.grid
+
+
+def test_extract_cli_records_the_preprocessing_choice(tmp_path):
+    from rscale.cli import main
+    model = save_with_processor(tmp_path)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for _, p, _ in images(tmp_path, n=3):
+        (folder / p.name).write_bytes(p.read_bytes())
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "a")]) == 0
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "b"),
+                 "--preprocessing", "resize", "--resolution", "32"]) == 0
+    assert DescriptorSet.open(tmp_path / "a").manifest["preprocessing"] == "processor"
+    assert DescriptorSet.open(tmp_path / "b").manifest["preprocessing"] == "resize"
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "c"),
+                 "--preprocessing", "crop"]) == 2

@@ -134,11 +134,15 @@ def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors
 
 
 def extract(images, model_dir, *, out, role="distractors", layout="folder", crop=False, pooling="cls",
-            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
+            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True,
+            preprocessing="auto") -> dict:
     """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
 
     ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
-    ``intervention`` (gp, msa) applies to the queries only.
+    ``intervention`` (gp, msa) applies to the queries only. ``preprocessing``: the checkpoint's
+    image processor (``processor``), a plain ``resize`` (fixed-resolution protocols), or ``auto``
+    (the processor when the checkpoint has one and no resolution is given; resize under MSA,
+    whose patch mask needs the whole image). The choice is recorded in each set's manifest.
     """
     from pathlib import Path
 
@@ -151,8 +155,10 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
         raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
     make = interventions[intervention]
     out = Path(out)
+    if preprocessing == "auto" and intervention == "msa":
+        preprocessing = "resize"
     kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
-              progress=progress)
+              progress=progress, preprocessing=preprocessing)
     if layout == "ilias":
         import pyarrow as pa
         import pyarrow.parquet as pq
