@@ -221,24 +221,33 @@ def test_small_samples_are_flagged_when_extrapolated(tmp_path):
 
 def test_budget_warning_diff_and_lineage(tmp_path):
     reg = tmp_path / "reg"
-    h, s = make_files(tmp_path, preset="sim_neardup", queries=60)
+    # near-duplicate tails on a small sample with many queries (little query noise): the last
+    # doubling still moves mAP@1000 at N >= 1e7 by more than the noise, so the budget flags it
+    h, s = make_files(tmp_path, preset="sim_neardup", queries=1000, s=200_000)
     out = api.register(h, s, registry=reg)
     v = api.show(out["ref"], reg)
     b = v.summary["budget"]
     assert b["N"][0] == 1e5 and len(b["sufficient"]) == len(b["N"]) == len(b["noise"])
-    # a size the budget does not support produces a warning naming it
     unsupported = [n for n, ok in zip(b["N"], b["sufficient"]) if not ok]
-    ans = api.query(f"mAP@1000 at N={int(unsupported[0]) if unsupported else int(1e10)} for sim_neardup", reg)
-    if unsupported:
-        assert any("does not support" in w for w in ans["warnings"])
+    assert unsupported and b["sufficient"][0]
+    i = b["N"].index(unsupported[0])
+    assert abs(b["last_step"][i]) > b["noise"][i]
+    # a size the budget does not support produces a warning naming it and the figures
+    ans = api.query(f"mAP@1000 at N={int(unsupported[0])} for sim_neardup", reg, bootstrap=0)
+    want = (f"sim_neardup: the sample (S=200,000) does not support N={unsupported[0]:g}: halving it moves mAP@1000 "
+            f"at N={unsupported[0]:g} by {b['last_step'][i]:+.4f}, more than query-sampling noise ({b['noise'][i]:.4f})")
+    assert want in ans["warnings"]
+    # a supported size does not
+    assert not any("does not support" in w for w in api.query("mAP@1000 at N=1e5 for sim_neardup", reg,
+                                                               bootstrap=0)["warnings"])
     lin = api.lineage("sim_neardup", reg)
     assert lin["inputs"]["sample"]["digest"] == v.sample
     assert lin["inputs"]["sample"]["meta"]["backbone"] == "sim_neardup"
     assert lin["params"]["count_test"] == 0.01
-    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=60)
+    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=1000, s=200_000)
     api.register(h2, None, registry=reg)
     d = api.diff("sim_neardup@v1", "sim_neardup@v2", registry=reg, top=3)
-    assert d["queries_compared"] == 60 and len(d["largest_query_changes"]) == 3
+    assert d["queries_compared"] == 1000 and len(d["largest_query_changes"]) == 3
     assert d["ci_low"] <= d["difference"] <= d["ci_high"]
     same = api.diff("sim_neardup@v1", "sim_neardup@v1", registry=reg)
     assert same["difference"] == 0 and same["rule_changed_share"] == 0
