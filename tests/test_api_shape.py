@@ -64,3 +64,15 @@ def test_every_declared_extra_is_imported_by_rscale():
             if name not in USED_WITHOUT_IMPORT and IMPORT_NAME.get(name, name) not in imported:
                 unused.append(f"{extra}: {name}")
     assert not unused, f"declared but never imported: {unused}"
+
+
+def test_api_names_are_never_shadowed_by_their_submodules():
+    # importing a submodule binds its name on the package: a submodule named like a function
+    # (api/demo.py and api.demo) turned api.demo into a module once api.DemoRow had been used
+    import importlib
+    import pkgutil
+    for info in pkgutil.iter_modules(api.__path__):
+        importlib.import_module(f"rscale.api.{info.name}")
+        assert info.name not in api.__all__, info.name
+    for name in api.__all__:
+        assert not inspect.ismodule(getattr(api, name)), name

@@ -3,7 +3,8 @@
 Functions take plain values (paths, names, numbers) and return plain values or dataclasses; the
 CLI only parses arguments and prints. Grouped by concern:
 
-- :mod:`rscale.api.demo`: simulated benchmarks, truth next to predictions
+- :mod:`rscale.api.demos`: simulated benchmarks, truth next to predictions (not ``demo``: a
+  submodule of that name would shadow the ``demo`` function once imported)
 - :mod:`rscale.api.estimation`: estimate hardness, predict, budget and distractor diagnostics
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
@@ -21,7 +22,7 @@ import importlib
 # the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
 _HOME = {
     "config": ("estimator_from_config", "load_config"),
-    "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
+    "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "import_", "lineage", "list_versions", "register", "report", "show", "tag",
