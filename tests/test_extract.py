@@ -1,6 +1,8 @@
 """Feature extraction on tiny randomly initialised transformers models saved to disk first
 (the real from_pretrained path), with images the tests draw."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -292,6 +294,12 @@ def test_extract_preprocesses_through_the_checkpoints_image_processor(tmp_path):
     with pytest.raises(FormatError, match="no preprocessor_config.json"):
         ex.load_backbone(save(tmp_path, "vit"), preprocessing="processor")
     assert ex.load_backbone(save(tmp_path, "vit")).preprocessing == "resize"    # nothing else to use
+    # a broken processor config is a clear error naming the opt-out
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    (broken / "preprocessor_config.json").write_text('{"image_processor_type": "NoSuchImageProcessor"}')
+    with pytest.raises(FormatError, match="cannot load the checkpoint's image processor.*--preprocessing resize"):
+        ex.load_backbone(broken)
     # MSA's patch mask assumes the whole image is seen: not through a centre crop
     with pytest.raises(InvalidArgumentError, match="use preprocessing 'resize'"):
         MaskedScales()(ex.load_backbone(model), [ex.open_image(items[0][1])])

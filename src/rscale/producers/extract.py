@@ -131,7 +131,12 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
     res = int(resolution or getattr(vcfg, "image_size", 224))
     processor = None
     if preprocessing == "processor":
-        processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+        try:
+            processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+        except Exception as exc:      # an unknown or broken processor config: say so, offer the opt-out
+            raise FormatError(f"cannot load the checkpoint's image processor ({type(exc).__name__}: {exc})",
+                              path=str(pre), hint="fix preprocessor_config.json, or use preprocessing 'resize' "
+                                                  "(--preprocessing resize)") from None
         res = _processor_resolution(processor, path)
     prefix = 1 + int(getattr(vcfg, "num_register_tokens", 0) or 0)
     conv = model_type in _CONV
