@@ -162,6 +162,7 @@ def test_in_pool_prediction(simulated):
         predict_per_query(est, "AP", s / 2, in_pool_counts=ss.pos_counts)
 
 
+@pytest.mark.slow
 def test_in_pool_is_closer_to_a_small_pools_realised_value():
     # a 1M pool sampled at 30%: conditioning on the observed counts removes part of the error
     spec = replace(PRESETS["sim_bounded"], n_queries=1232)
@@ -224,6 +225,7 @@ def test_default_averages_own_and_shared_tail_models():
         estimate(ss, "evt", posterior=True)
 
 
+@pytest.mark.slow
 def test_gof_refit_on_dense_near_duplicate_clusters():
     # A cluster sampled dozens of times is no outlier, so the largest-excess test passes, but the
     # GPD through bulk and cluster fails the A^2 test: those queries are refitted on the top quarter

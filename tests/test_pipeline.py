@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 pytest.importorskip("dvc")
+pytestmark = pytest.mark.slow          # DVC end to end: a minute or more
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -104,6 +104,7 @@ def _writer(args):
     return a.register(h, None, registry=root, backbone=f"bb{i % 3}")["ref"]
 
 
+@pytest.mark.slow
 def test_concurrent_writers_in_several_processes(tmp_path):
     hs = [make_files(tmp_path, seed=i, queries=10)[0] for i in range(6)]
     root = str(tmp_path / "reg")
@@ -219,6 +220,7 @@ def test_small_samples_are_flagged_when_extrapolated(tmp_path):
     assert not any("inside the bulk" in w for w in api.query("mAP@1000 at N=1e8 for sim_gaussian", big)["warnings"])
 
 
+@pytest.mark.slow
 def test_budget_warning_diff_and_lineage(tmp_path):
     reg = tmp_path / "reg"
     # near-duplicate tails on a small sample with many queries (little query noise): the last
