@@ -34,15 +34,30 @@ def test_one_config_reader(tmp_path):
         api.load_config(tmp_path)
 
 
-# extras' requirements that are used without an import of ours (name -> why)
+# extras' requirements used without an import (name -> why)
 USED_WITHOUT_IMPORT = {"sqlalchemy": "mlflow's SQLite tracking store", "alembic": "mlflow's SQLite tracking store",
-                       "dvc": "the pipeline's command-line tool", "pytest": "the test runner",
-                       "hypothesis": "tests", "scikit-learn": "tests", "ir-measures": "tests"}
-IMPORT_NAME = {"pillow": "PIL", "faiss-cpu": "faiss", "mlflow-skinny": "mlflow"}
+                       "dvc": "the pipeline's command-line tool", "pytest": "the test runner"}
+IMPORT_NAME = {"pillow": "PIL", "faiss-cpu": "faiss", "mlflow-skinny": "mlflow", "scikit-learn": "sklearn",
+               "scikit-image": "skimage", "ir-measures": "ir_measures"}
 
 
-def test_every_declared_extra_is_imported_by_rscale():
+def _imported_top_levels(folder) -> set:
     import ast
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args
+                  and isinstance(node.args[0], ast.Constant)):             # pytest.importorskip("name")
+                names.add(str(node.args[0].value).split(".")[0])
+    return names
+
+
+def test_every_declared_extra_is_imported():
+    # by rscale's code; the test extra's by the tests
     import re
     import tomllib
     from pathlib import Path
@@ -50,29 +65,12 @@ def test_every_declared_extra_is_imported_by_rscale():
     import rscale
     root = Path(rscale.__file__).resolve().parent
     project = tomllib.loads((root.parents[1] / "pyproject.toml").read_text())["project"]
-    imported = set()
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module.split(".")[0])
+    in_code, in_tests = _imported_top_levels(root), _imported_top_levels(Path(__file__).resolve().parent)
     unused = []
     for extra, reqs in project["optional-dependencies"].items():
         for req in reqs:
             name = re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower()
-            if name not in USED_WITHOUT_IMPORT and IMPORT_NAME.get(name, name) not in imported:
+            if name not in USED_WITHOUT_IMPORT and IMPORT_NAME.get(name, name) not in (
+                    in_tests if extra == "test" else in_code):
                 unused.append(f"{extra}: {name}")
     assert not unused, f"declared but never imported: {unused}"
-
-
-def test_api_names_are_never_shadowed_by_their_submodules():
-    # importing a submodule binds its name on the package: a submodule named like a function
-    # (api/demo.py and api.demo) turned api.demo into a module once api.DemoRow had been used
-    import importlib
-    import pkgutil
-    for info in pkgutil.iter_modules(api.__path__):
-        importlib.import_module(f"rscale.api.{info.name}")
-        assert info.name not in api.__all__, info.name
-    for name in api.__all__:
-        assert not inspect.ismodule(getattr(api, name)), name
