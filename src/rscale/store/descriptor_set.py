@@ -68,7 +68,8 @@ def check_recipe(root, recipe: dict) -> None:
         problem = "holds descriptor shards without a recipe (made by an older rscale or another tool)"
     else:
         keys = sorted(k for k in set(old) | set(want) if old.get(k) != want.get(k))
-        problem = (f"holds descriptors of another recipe ({', '.join(f'{k}: {old.get(k)!r} there, {want.get(k)!r} now' for k in keys)})")
+        diffs = ", ".join(f"{k}: {old.get(k)!r} there, {want.get(k)!r} now" for k in keys)
+        problem = f"holds descriptors of another recipe ({diffs})"
     raise InvalidArgumentError(f"{root} {problem}; its shards would be kept under a manifest that does not describe "
                                "them. Write into a new folder, or delete this one to start over")
 
