@@ -52,7 +52,7 @@ def main():
     h = tmp / "h.parquet"
     write_hardness(est, ss, h)
     reg = tmp / "reg"
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     # a catalog not written in the last seconds, as in use (a just-written one is never cached)
     os.utime(reg / "catalog.duckdb", (time.time() - 60, time.time() - 60))
     q = "mAP@1000 at N=1e8 for speed"

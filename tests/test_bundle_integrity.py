@@ -32,7 +32,7 @@ def good(tmp_path_factory):
     h, s = make_files(tmp, queries=20, s=200_000)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("rscale.api.registry.code_version", lambda: CODE)
-        api.register(h, s, tmp / "src")
+        api.register(h, s, registry=tmp / "src")
     bundle, v = api.export("sim_gaussian", tmp / "good.tar", tmp / "src", license="CC-BY-4.0")
     with tarfile.open(bundle) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
@@ -245,7 +245,7 @@ def test_crafted_bundle_is_refused_and_nothing_changes(name, good, tmp_path, cap
     # an existing registry (holding the other version), and a folder that does not exist yet
     existing = tmp_path / "existing"
     h2, _ = make_files(tmp_path, seed=3, queries=10, s=100_000)
-    api.register(h2, None, existing)
+    api.register(h2, None, registry=existing)
     fresh = tmp_path / "fresh" / "registry"
     for target in (existing, fresh):
         before = tree(target)

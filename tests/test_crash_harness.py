@@ -48,16 +48,16 @@ def _check_invariants(root, committed):
 def test_sigkill_at_random_points_of_register_and_import(tmp_path):
     rng = random.Random(12)
     root = tmp_path / "reg"
-    api.register(*make_files(tmp_path / "base", seed=100, queries=10, s=50_000), root)
+    api.register(*make_files(tmp_path / "base", seed=100, queries=10, s=50_000), registry=root)
     jobs = []
     src = tmp_path / "src"
     for i in range(TRIALS):
         h, s = make_files(tmp_path / f"in{i}", seed=i, queries=10, s=50_000)
         if i % 2 == 0:
-            jobs.append(("register", f"from rscale import api; api.register({str(h)!r}, None, {str(root)!r}, "
+            jobs.append(("register", f"from rscale import api; api.register({str(h)!r}, None, registry={str(root)!r}, "
                                      f"backbone='crash{i}')"))
         else:
-            api.register(h, s, src, backbone=f"crash{i}")
+            api.register(h, s, registry=src, backbone=f"crash{i}")
             bundle, _ = api.export(f"crash{i}", tmp_path / f"b{i}.tar", src)
             jobs.append(("import", f"from rscale import api; api.import_({str(bundle)!r}, {str(root)!r})"))
     # how long an uninterrupted run takes (interpreter start included), per kind
@@ -103,9 +103,9 @@ def test_writers_readers_and_a_killed_writer_of_the_same_content(tmp_path):
     fails, and the registry verifies clean after gc (issue 12 item 5)."""
     root = tmp_path / "reg"
     base_h, _ = make_files(tmp_path / "base", seed=50, queries=10, s=50_000)
-    api.register(base_h, None, root, backbone="shared")
+    api.register(base_h, None, registry=root, backbone="shared")
     h, _ = make_files(tmp_path / "same", seed=51, queries=10, s=50_000)
-    write = f"from rscale import api; print(api.register({str(h)!r}, None, {str(root)!r}, backbone='shared')['ref'])"
+    write = f"from rscale import api; print(api.register({str(h)!r}, None, registry={str(root)!r}, backbone='shared')['ref'])"
     read = ("import time\nfrom rscale import api\nn = 0\nend = time.time() + 4\nwhile time.time() < end:\n"
             f"    api.query('mAP@1000 at N=1e8 for shared@v1', {str(root)!r}, bootstrap=0)\n    n += 1\nprint(n)")
     reader = _spawn(read, stdout=subprocess.PIPE)
@@ -136,7 +136,7 @@ def test_gc_with_no_grace_in_a_loop_never_leaves_a_version_without_its_blobs(tmp
     """gc --grace 0 racing registrations: each registration commits with its blobs or fails with
     one clear error; no committed version ever misses a blob."""
     root = tmp_path / "reg"
-    api.register(*make_files(tmp_path / "base", seed=60, queries=10, s=50_000), root)
+    api.register(*make_files(tmp_path / "base", seed=60, queries=10, s=50_000), registry=root)
     files = [make_files(tmp_path / f"r{i}", seed=61 + i, queries=10, s=50_000)[0] for i in range(4)]
     gc_loop = ("import time\nfrom rscale.store.registry import Registry\nend = time.time() + 6\nn = 0\n"
                f"while time.time() < end:\n    Registry({str(root)!r}).gc(grace_s=0, dry_run=False)\n    n += 1\n"
@@ -145,7 +145,7 @@ def test_gc_with_no_grace_in_a_loop_never_leaves_a_version_without_its_blobs(tmp
         ["from rscale import api", "from rscale.errors import RegistryError", "ok = bad = 0",
          f"for h in {[str(f) for f in files]!r}:",
          "    try:",
-         f"        api.register(h, None, {str(root)!r}, backbone='raced'); ok += 1",
+         f"        api.register(h, None, registry={str(root)!r}, backbone='raced'); ok += 1",
          "    except RegistryError as exc:",
          "        assert 'keep disappearing' in str(exc), exc; bad += 1",
          "print(ok, bad)"])

@@ -19,8 +19,8 @@ Q = "mAP@1000 at N=1e8 for sim_gaussian@v1"
 @pytest.fixture
 def two_versions(tmp_path):
     reg_root = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0, queries=20, s=200_000), reg_root)
-    api.register(*make_files(tmp_path, seed=1, queries=20, s=200_000), reg_root)
+    api.register(*make_files(tmp_path, seed=0, queries=20, s=200_000), registry=reg_root)
+    api.register(*make_files(tmp_path, seed=1, queries=20, s=200_000), registry=reg_root)
     reg = Registry(reg_root)
     v1, v2 = reg.get("sim_gaussian", "v1"), reg.get("sim_gaussian", "v2")
     return reg_root, reg, v1, v2

@@ -31,11 +31,11 @@ def test_register_versions_and_idempotence(tmp_path):
     reg = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
     h2, _ = make_files(tmp_path, seed=1)
-    a = api.register(h1, s1, reg)
+    a = api.register(h1, s1, registry=reg)
     assert a["created"] and a["ref"] == "sim_gaussian@v1"
-    again = api.register(h1, s1, reg)
+    again = api.register(h1, s1, registry=reg)
     assert not again["created"] and again["ref"] == "sim_gaussian@v1"
-    b = api.register(h2, None, reg)
+    b = api.register(h2, None, registry=reg)
     assert b["ref"] == "sim_gaussian@v2"
     versions = api.list_versions(reg)
     assert [v.version for v in versions] == [1, 2]
@@ -48,7 +48,7 @@ def test_register_versions_and_idempotence(tmp_path):
 def test_blobs_are_read_only_and_content_addressed(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     p = reg.blob_path(v.hardness)
@@ -61,20 +61,20 @@ def test_tags_move_and_resolve(tmp_path):
     reg = tmp_path / "reg"
     h1, _ = make_files(tmp_path, seed=0)
     h2, _ = make_files(tmp_path, seed=1)
-    api.register(h1, None, reg)
-    api.register(h2, None, reg)
-    api.tag("sim_gaussian@v1", "released", reg)
+    api.register(h1, None, registry=reg)
+    api.register(h2, None, registry=reg)
+    api.tag("sim_gaussian@v1", "released", registry=reg)
     assert api.show("sim_gaussian@released", reg).version == 1
-    api.tag("sim_gaussian@v2", "released", reg)
+    api.tag("sim_gaussian@v2", "released", registry=reg)
     assert api.show("sim_gaussian@released", reg).version == 2
     with pytest.raises(RegistryError, match="reserved"):
-        api.tag("sim_gaussian@v1", "latest", reg)
+        api.tag("sim_gaussian@v1", "latest", registry=reg)
 
 
 def test_unknown_names_suggest(tmp_path):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     with pytest.raises(NotFoundError, match="Did you mean 'sim_gaussian'"):
         api.show("sim-gaussian", reg)
     with pytest.raises(NotFoundError, match="no version 'v9'"):
@@ -86,7 +86,7 @@ def test_unknown_names_suggest(tmp_path):
 def test_verify_reports_corrupt_missing_extra(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     assert len(api.verify(reg_root)["checked"]) == 3
     v = reg.get("sim_gaussian")
@@ -103,9 +103,10 @@ def test_verify_reports_corrupt_missing_extra(tmp_path):
 def _writer(args):
     root, h, i = args
     from rscale import api as a
-    return a.register(h, None, root, backbone=f"bb{i % 3}")["ref"]
+    return a.register(h, None, registry=root, backbone=f"bb{i % 3}")["ref"]
 
 
+@pytest.mark.slow
 def test_concurrent_writers_in_several_processes(tmp_path):
     hs = [make_files(tmp_path, seed=i, queries=10)[0] for i in range(6)]
     root = str(tmp_path / "reg")
@@ -123,7 +124,7 @@ def test_query_answers_from_registry(tmp_path):
     reg = tmp_path / "reg"
     for preset in ("sim_gaussian", "sim_bounded"):
         h, _ = make_files(tmp_path, preset=preset)
-        api.register(h, None, reg)
+        api.register(h, None, registry=reg)
     ans = api.query("map@1000, R@1 at N=1e6,1e8 for sim_*", reg)
     assert ans["query"] == "mAP@1000, R@1 at N=1e6,1e8 for sim_*"
     assert len(ans["rows"]) == 8
@@ -134,13 +135,13 @@ def test_query_answers_from_registry(tmp_path):
     # the stored answer equals predicting from the original file
     one = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
     h, _ = make_files(tmp_path, preset="sim_gaussian")
-    assert one["value"] == pytest.approx(api.predict(h, ["mAP@1000"], [1e8])[0]["value"])
+    assert one["value"] == pytest.approx(api.predict(h, ["mAP@1000"], sizes=[1e8])[0]["value"])
 
 
 def test_query_errors(tmp_path):
     reg = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg)
+    api.register(h, None, registry=reg)
     from rscale.errors import QuerySyntaxError
     with pytest.raises(QuerySyntaxError, match="add 'at N=1e8'"):
         api.query("mAP@1000 for sim_gaussian", reg)
@@ -151,8 +152,8 @@ def test_query_errors(tmp_path):
 def test_bundle_round_trip_and_tamper(tmp_path):
     src = tmp_path / "src"
     h, s = make_files(tmp_path)
-    api.register(h, s, src)
-    bundle, v = api.export("sim_gaussian", tmp_path / "b.tar", src, license="CC-BY-4.0")
+    api.register(h, s, registry=src)
+    bundle, v = api.export("sim_gaussian", tmp_path / "b.tar", registry=src, license="CC-BY-4.0")
     dst = tmp_path / "dst"
     imported, created = api.import_(bundle, dst)
     assert created and imported.hardness == v.hardness
@@ -211,45 +212,55 @@ def test_bundle_round_trip_and_tamper(tmp_path):
 def test_small_samples_are_flagged_when_extrapolated(tmp_path):
     # below 50k sampled distractors the simulator's interval coverage falls: say so, with the size
     reg = tmp_path / "reg"
-    api.register(*make_files(tmp_path, s=20_000), reg)
+    api.register(*make_files(tmp_path, s=20_000), registry=reg)
     ans = api.query("mAP@1000 at N=1e6 for sim_gaussian", reg)
     assert any("S=20,000" in w and "sample 50,000 or more" in w for w in ans["warnings"])
     near = api.query("mAP@1000 at N=1e5 for sim_gaussian", reg)      # 5x the sample: no warning
     assert not any("inside the bulk" in w for w in near["warnings"])
     big = tmp_path / "big"
-    api.register(*make_files(tmp_path, seed=1), big)
+    api.register(*make_files(tmp_path, seed=1), registry=big)
     assert not any("inside the bulk" in w for w in api.query("mAP@1000 at N=1e8 for sim_gaussian", big)["warnings"])
 
 
+@pytest.mark.slow
 def test_budget_warning_diff_and_lineage(tmp_path):
     reg = tmp_path / "reg"
-    h, s = make_files(tmp_path, preset="sim_neardup", queries=60)
-    out = api.register(h, s, reg)
+    # near-duplicate tails on a small sample with many queries (little query noise): the last
+    # doubling still moves mAP@1000 at N >= 1e7 by more than the noise, so the budget flags it
+    h, s = make_files(tmp_path, preset="sim_neardup", queries=1000, s=200_000)
+    out = api.register(h, s, registry=reg)
     v = api.show(out["ref"], reg)
     b = v.summary["budget"]
     assert b["N"][0] == 1e5 and len(b["sufficient"]) == len(b["N"]) == len(b["noise"])
-    # a size the budget does not support produces a warning naming it
     unsupported = [n for n, ok in zip(b["N"], b["sufficient"]) if not ok]
-    ans = api.query(f"mAP@1000 at N={int(unsupported[0]) if unsupported else int(1e10)} for sim_neardup", reg)
-    if unsupported:
-        assert any("does not support" in w for w in ans["warnings"])
+    assert unsupported and b["sufficient"][0]
+    i = b["N"].index(unsupported[0])
+    assert abs(b["last_step"][i]) > b["noise"][i]
+    # a size the budget does not support produces a warning naming it and the figures
+    ans = api.query(f"mAP@1000 at N={int(unsupported[0])} for sim_neardup", reg, bootstrap=0)
+    want = (f"sim_neardup: the sample (S=200,000) does not support N={unsupported[0]:g}: halving it moves mAP@1000 "
+            f"at N={unsupported[0]:g} by {b['last_step'][i]:+.4f}, more than query-sampling noise ({b['noise'][i]:.4f})")
+    assert want in ans["warnings"]
+    # a supported size does not
+    assert not any("does not support" in w for w in api.query("mAP@1000 at N=1e5 for sim_neardup", reg,
+                                                               bootstrap=0)["warnings"])
     lin = api.lineage("sim_neardup", reg)
     assert lin["inputs"]["sample"]["digest"] == v.sample
     assert lin["inputs"]["sample"]["meta"]["backbone"] == "sim_neardup"
     assert lin["params"]["count_test"] == 0.01
-    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=60)
-    api.register(h2, None, reg)
-    d = api.diff("sim_neardup@v1", "sim_neardup@v2", reg, top=3)
-    assert d["queries_compared"] == 60 and len(d["largest_query_changes"]) == 3
+    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=1000, s=200_000)
+    api.register(h2, None, registry=reg)
+    d = api.diff("sim_neardup@v1", "sim_neardup@v2", registry=reg, top=3)
+    assert d["queries_compared"] == 1000 and len(d["largest_query_changes"]) == 3
     assert d["ci_low"] <= d["difference"] <= d["ci_high"]
-    same = api.diff("sim_neardup@v1", "sim_neardup@v1", reg)
+    same = api.diff("sim_neardup@v1", "sim_neardup@v1", registry=reg)
     assert same["difference"] == 0 and same["rule_changed_share"] == 0
 
 
 def test_missing_blob_is_a_clear_error(tmp_path):
     reg_root = tmp_path / "reg"
     h, _ = make_files(tmp_path)
-    api.register(h, None, reg_root)
+    api.register(h, None, registry=reg_root)
     reg = Registry(reg_root)
     reg.blob_path(reg.get("sim_gaussian").hardness).unlink()
     with pytest.raises(RegistryError, match="missing.*rscale verify"):
@@ -267,8 +278,8 @@ def test_corrupt_catalog_is_a_clear_error(tmp_path):
 def test_curve_data_and_plot(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, queries=50)
-    api.register(h, s, reg)
-    data = api.curve("mAP@1000 for sim_gaussian", "1e5..1e9", 9, reg, bootstrap=50)
+    api.register(h, s, registry=reg)
+    data = api.curve("mAP@1000 for sim_gaussian", "1e5..1e9", points=9, registry=reg, bootstrap=50)
     (series,) = data["series"]
     assert len(series["N"]) == 9 and series["N"][0] == 1e5 and series["N"][-1] == 1e9
     assert all(lo <= v <= hi for v, lo, hi in zip(series["value"], series["ci_low"], series["ci_high"]))
@@ -293,7 +304,7 @@ def test_failed_registration_leaves_no_damage_only_collectable_orphans(tmp_path,
 
     reg_root = tmp_path / "reg"
     h1, s1 = make_files(tmp_path, seed=0)
-    api.register(h1, s1, reg_root)
+    api.register(h1, s1, registry=reg_root)
     before = api.verify(reg_root)
     h2, s2 = make_files(tmp_path, seed=1)
 
@@ -301,7 +312,7 @@ def test_failed_registration_leaves_no_damage_only_collectable_orphans(tmp_path,
         raise RuntimeError("disk full in the middle of the catalog transaction")
     monkeypatch.setattr(Catalog, "add_version", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        api.register(h2, s2, reg_root)
+        api.register(h2, s2, registry=reg_root)
     monkeypatch.undo()
     after = api.verify(reg_root)
     # no damage: the blobs it wrote are orphans (never deleted by the failing writer, see the race
@@ -317,7 +328,7 @@ def test_failed_registration_leaves_no_damage_only_collectable_orphans(tmp_path,
     assert api.verify(reg_root) == before
     # a sample-stats file is not a hardness table: refused before anything is written
     with pytest.raises(FormatError):
-        api.register(s2, None, reg_root)
+        api.register(s2, None, registry=reg_root)
     assert api.verify(reg_root) == before
 
 
@@ -341,9 +352,9 @@ def test_interrupted_cleanup_never_deletes_blobs_a_concurrent_registration_refer
 
     monkeypatch.setattr(Catalog, "add_version", a_fails_after_b_found_the_blobs)
     with pytest.raises(RuntimeError, match="A killed"):
-        api.register(h, s, reg_root)
+        api.register(h, s, registry=reg_root)
     # ... and B commits after A's failure handling ran
-    out = api.register(h, s, reg_root)
+    out = api.register(h, s, registry=reg_root)
     v = api.show(out["ref"], reg_root)
     report = api.verify(reg_root)
     assert report["missing"] == [] and report["corrupt"] == []
@@ -354,7 +365,7 @@ def test_interrupted_cleanup_never_deletes_blobs_a_concurrent_registration_refer
 def test_gc_never_frees_a_referenced_blob_and_keeps_young_leftovers(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path, seed=0)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     orphan_src = tmp_path / "orphan.parquet"
@@ -382,7 +393,7 @@ def test_gc_never_frees_a_referenced_blob_and_keeps_young_leftovers(tmp_path):
 def test_sensitivity_range_is_stored_and_reported(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    api.register(h, s, reg)
+    api.register(h, s, registry=reg)
     sens = api.show("sim_gaussian", reg).summary["sensitivity"]
     assert all(lo <= hi for lo, hi in zip(sens["low"], sens["high"]))
     row = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
@@ -398,12 +409,12 @@ def test_sensitivity_range_is_stored_and_reported(tmp_path):
 def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    api.register(h, s, reg)
+    api.register(h, s, registry=reg)
     dsd = api.show("sim_gaussian", reg).summary["distractor_sd"]
     assert dsd["splits"] == 3 and all(v >= 0 for v in dsd["sd"])
     with_term = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
     h2, _ = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    plain = api.predict(h2, ["mAP@1000"], [1e8])[0]           # query bootstrap only
+    plain = api.predict(h2, ["mAP@1000"], sizes=[1e8])[0]           # query bootstrap only
     assert with_term["value"] == pytest.approx(plain["value"])
     assert with_term["ci_low"] <= plain["ci_low"] + 1e-12 and with_term["ci_high"] >= plain["ci_high"] - 1e-12
     i = dsd["N"].index(1e8)
@@ -430,7 +441,7 @@ def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeyp
     from rscale.store.registry import Registry, clear_caches
 
     reg_path = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_path)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_path)
     clear_caches()
     clock = FakeClock()
     real_read = Catalog.read_versions
@@ -447,7 +458,7 @@ def test_catalog_and_hardness_caches_never_serve_stale_answers(tmp_path, monkeyp
     assert Registry(reg_path, clock=clock).versions() == first and len(reads) == 3
     Registry(reg_path, clock=clock).snapshot.unlink()
     assert Registry(reg_path, clock=clock).versions() == first and len(reads) == 3   # memory: no read
-    api.register(*make_files(tmp_path, seed=1), reg_path)   # the catalog changes: the cache must notice
+    api.register(*make_files(tmp_path, seed=1), registry=reg_path)   # the catalog changes: the cache must notice
     assert [v.version for v in Registry(reg_path, clock=clock).versions()] == [1, 2]
     # decoded hardness is cached by digest and cannot be modified through the cache
     reg = Registry(reg_path)
@@ -467,7 +478,7 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     from rscale.store.registry import Registry, clear_caches
 
     reg_path = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_path)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_path)
     reg = Registry(reg_path)
     first = reg.versions()
     assert reg.snapshot.exists()
@@ -483,7 +494,7 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
     assert Registry(reg_path).versions() == first
     monkeypatch.undo()
     # a registration changes the catalog: the snapshot's key no longer matches
-    api.register(*make_files(tmp_path, seed=1), reg_path)
+    api.register(*make_files(tmp_path, seed=1), registry=reg_path)
     clear_caches()
     v1, v2 = Registry(reg_path).versions()
     assert (v1.version, v2.version) == (1, 2)
@@ -521,7 +532,7 @@ def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
     h_path = tmp_path / "nd.parquet"
     write_hardness(estimate(ss, "evt"), ss, h_path)
     reg = tmp_path / "reg"
-    api.register(h_path, s_path, reg)
+    api.register(h_path, s_path, registry=reg)
     check = api.show("sim_neardup", reg).summary["tail_check"]
     assert check["rejected_share"] >= 0.05
     ans = api.query("mAP@1000 at N=1e8 for sim_neardup", reg)
@@ -554,7 +565,7 @@ def test_reported_ci_reads_whichever_tail_alternatives_a_version_stored():
 def test_a_catalog_row_edited_inside_duckdb_is_caught_by_verify_and_queries(tmp_path):
     # issue 12 item 7: each version row carries a digest over its content
     reg_root = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_root)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_root)
     reg = Registry(reg_root)
     assert reg.verify()["corrupt"] == []
     with reg.connect(write=True) as con:
@@ -586,7 +597,7 @@ def test_blob_folder_is_fsynced_after_the_rename_and_before_the_catalog_commit(t
     h, s = make_files(tmp_path, seed=0)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(Catalog, "add_version", add_version)
-    out = api.register(h, s, tmp_path / "reg")
+    out = api.register(h, s, registry=tmp_path / "reg")
     monkeypatch.undo()
     reg = Registry(tmp_path / "reg")
     v = reg.get(out["ref"].split("@")[0])
@@ -603,7 +614,7 @@ def test_gc_command_is_a_dry_run_until_applied(tmp_path, capsys):
     from rscale.cli import main
 
     reg_root = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_root)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_root)
     (reg_root / ".import-killed").mkdir()
     (reg_root / ".import-killed" / "part").write_bytes(b"z" * 2_000_000)
     capsys.readouterr()
@@ -624,7 +635,7 @@ def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
     # issue 11: export of a version whose blob was deleted; verify with a blob replaced by a
     # folder; -r naming a file
     reg_root = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_root)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_root)
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     p = reg.blob_path(v.tail)
@@ -646,7 +657,7 @@ def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
 def test_registering_the_content_again_repairs_a_damaged_blob(tmp_path):
     reg_root = tmp_path / "reg"
     h, s = make_files(tmp_path, seed=0)
-    api.register(h, s, reg_root)
+    api.register(h, s, registry=reg_root)
     reg = Registry(reg_root)
     v = reg.get("sim_gaussian")
     p = reg.blob_path(v.hardness)
@@ -654,13 +665,13 @@ def test_registering_the_content_again_repairs_a_damaged_blob(tmp_path):
     os.chmod(p, 0o644)
     p.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     assert api.verify(reg_root)["corrupt"] == [v.hardness]
-    assert not api.register(h, s, reg_root)["created"]
+    assert not api.register(h, s, registry=reg_root)["created"]
     assert api.verify(reg_root)["corrupt"] == [] and p.read_bytes() == data
 
 
 def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
     reg_root = tmp_path / "reg"
-    api.register(*make_files(tmp_path, seed=0), reg_root)
+    api.register(*make_files(tmp_path, seed=0), registry=reg_root)
     reg = Registry(reg_root)
     with reg.connect(write=True) as con:
         con.execute("UPDATE versions SET summary = '{not json', hardness = 'garbage'")
@@ -674,7 +685,7 @@ def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
 
 def test_import_into_a_registry_it_cannot_write_is_one_clear_error(tmp_path, monkeypatch):
     src = tmp_path / "src"
-    api.register(*make_files(tmp_path, seed=0), src)
+    api.register(*make_files(tmp_path, seed=0), registry=src)
     bundle, _ = api.export("sim_gaussian", tmp_path / "b.tar", src)
     target = tmp_path / "ro"
     target.mkdir()

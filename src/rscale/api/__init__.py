@@ -3,12 +3,15 @@
 Functions take plain values (paths, names, numbers) and return plain values or dataclasses; the
 CLI only parses arguments and prints. Grouped by concern:
 
-- :mod:`rscale.api.demo`: simulated benchmarks, truth next to predictions
+- :mod:`rscale.api.demos`: simulated benchmarks, truth next to predictions (not ``demo``: a
+  submodule of that name would shadow the ``demo`` function once imported)
 - :mod:`rscale.api.estimation`: estimate hardness, predict, budget and distractor diagnostics
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
-- :mod:`rscale.api.config`: params.yaml sections and the code version
+- :mod:`rscale.api.config`: params.yaml sections (the one config reader)
+
+The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import importlib
 # name -> submodule; resolved on first use so `api.query` does not import the simulator,
 # the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
 _HOME = {
-    "config": ("code_version", "estimator_from_config", "load_config"),
-    "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
+    "config": ("estimator_from_config", "load_config"),
+    "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",

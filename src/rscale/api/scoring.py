@@ -7,7 +7,7 @@ import numpy as np
 
 def read_qrels(path) -> dict:
     """query_id -> list of positive ids, from a Parquet (or CSV) file with those two columns."""
-    from rscale.errors import FormatError
+    from rscale.errors import FormatError, InvalidArgumentError
     path = str(path)
     try:
         if path.endswith(".csv"):
@@ -27,7 +27,7 @@ def read_qrels(path) -> dict:
     return out
 
 
-def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
+def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
@@ -40,7 +40,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     import time
 
     from rscale.errors import FormatError, InvalidArgumentError
-    from rscale.score.descriptor_store import NORM_TOLERANCE, DescriptorSet, check_vectors
+    from rscale.store.descriptor_set import NORM_TOLERANCE, DescriptorSet, check_vectors
     from rscale.score.engine import Queries, choose_backend, score_shards
     from rscale.score.sampling import in_sample
     from rscale.store.sample_stats_file import write_sample_stats
@@ -123,7 +123,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     with producer_run("score", params, inputs, enabled=lineage) as run:
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
-        from rscale.producers.lineage import write_run_sidecar
+        from rscale.store.run_sidecar import write_run_sidecar
         write_run_sidecar(out, "score", run.run_id)
         run.metric("seconds_scoring", secs)
         run.metric("sampled", float(ss.n_sampled.max()))
@@ -133,7 +133,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
             "drifting": None if report is None else report.drifting}
 
 
-def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=200_000, hard_share=0.01,
+def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors=200_000, hard_share=0.01,
                          seed=0, backbone="sim_desc", shard_size=65_536, noise=(0.6, 0.6)) -> str:
     """Write simulated query/positive/distractor descriptor sets and their qrels under ``out``."""
     from pathlib import Path
@@ -141,7 +141,7 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
     from rscale.sim.descriptors import make_descriptors
 
     from rscale.errors import InvalidArgumentError
@@ -163,11 +163,16 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
                           n_distractors=distractors, hard_share=hard_share, seed=seed,
                           noise=noise[0] if noise[0] == noise[1] else noise)
     meta = {"backbone": backbone, "pooling": "simulated", "resolution": 0, "source": f"sim:descriptors:{seed}"}
-    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta)
-    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta)
+    recipe = {**meta, "generator": "rscale.sim.descriptors", "instances": instances, "dim": dim,
+              "positives": positives, "distractors": distractors, "hard_share": hard_share, "seed": seed,
+              "noise": list(noise)}
+    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta, recipe=recipe)
+    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta,
+                         recipe=recipe)
     blocks = ((np.arange(a, min(a + shard_size, distractors)), ds.distractors[a:a + shard_size])
               for a in range(0, distractors, shard_size))
-    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size)
+    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size,
+                         recipe=recipe)
     qrels = [(ds.query_ids[q], ds.positive_ids[p]) for q in range(len(ds.query_ids)) for p in ds.positives_of(q)]
     pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
                    out / "qrels.parquet")
@@ -175,12 +180,16 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
            f"distractors ({distractors:,}), qrels.parquet"
 
 
-def extract(images, model_dir, out, role="distractors", layout="folder", crop=False, pooling="cls",
-            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
+def extract(images, model_dir, *, out, role="distractors", layout="folder", crop=False, pooling="cls",
+            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True,
+            preprocessing="auto") -> dict:
     """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
 
     ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
-    ``intervention`` (gp, msa) applies to the queries only.
+    ``intervention`` (gp, msa) applies to the queries only. ``preprocessing``: the checkpoint's
+    image processor (``processor``), a plain ``resize`` (fixed-resolution protocols), or ``auto``
+    (the processor when the checkpoint has one and no resolution is given; resize under MSA,
+    whose patch mask needs the whole image). The choice is recorded in each set's manifest.
     """
     from pathlib import Path
 
@@ -193,8 +202,10 @@ def extract(images, model_dir, out, role="distractors", layout="folder", crop=Fa
         raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
     make = interventions[intervention]
     out = Path(out)
+    if preprocessing == "auto" and intervention == "msa":
+        preprocessing = "resize"
     kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
-              progress=progress)
+              progress=progress, preprocessing=preprocessing)
     if layout == "ilias":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -19,6 +19,8 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
             crop: bool = typer.Option(False, help="ILIAS: crop queries to their *_bbox.txt boxes."),
             pooling: str = typer.Option("cls", help="cls, mean or pooled."),
             resolution: Optional[int] = typer.Option(None, help="Input resolution (default: the checkpoint's)."),
+            preprocessing: str = typer.Option("auto", help="processor (the checkpoint's image processor), resize "
+                                              "(plain resize: fixed-resolution protocols) or auto."),
             batch_size: int = typer.Option(32),
             intervention: Optional[str] = typer.Option(None, help="Query-side: gp or msa."),
             shard_size: int = typer.Option(4096),
@@ -29,7 +31,7 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
     output_folder(out)
     summary = api.extract(images, model_dir=model, out=out, role=role, layout=layout, crop=crop, pooling=pooling,
                           resolution=resolution, batch_size=batch_size, intervention=intervention,
-                          shard_size=shard_size)
+                          shard_size=shard_size, preprocessing=preprocessing)
     output.print_mapping(summary, fmt)
 
 

@@ -63,7 +63,8 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
 
 
 def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, siglip2_l"'),
-          n: str = typer.Option("1e5..1e9", "--n", help="Range of gallery sizes, e.g. 1e5..1e9."),
+          n: Optional[str] = typer.Option(None, "--n", help="Range of gallery sizes, e.g. 1e5..1e9 (default: from "
+                                          "1e5, or below the measured points, to 1e9)."),
           points: int = typer.Option(25, help="Points on the curve (2 to 1,000)."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Image to write (png, svg, pdf)."),
           fmt: str = output.format_option(output.PLOT, output.JSON, output.CSV,
