@@ -22,7 +22,7 @@ CODE = "rscale 0.1.0 git test-fixed"
 
 @pytest.fixture(autouse=True)
 def _same_code(monkeypatch):
-    monkeypatch.setattr("rscale.api.registry.code_version", lambda: CODE)
+    monkeypatch.setattr("rscale.producers.lineage.code_version", lambda: CODE)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,9 @@ def good(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bundle")
     h, s = make_files(tmp, queries=20, s=200_000)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("rscale.api.registry.code_version", lambda: CODE)
+        mp.setattr("rscale.producers.lineage.code_version", lambda: CODE)
         api.register(h, s, registry=tmp / "src")
-    bundle, v = api.export("sim_gaussian", tmp / "good.tar", tmp / "src", license="CC-BY-4.0")
+    bundle, v = api.export("sim_gaussian", tmp / "good.tar", registry=tmp / "src", license="CC-BY-4.0")
     with tarfile.open(bundle) as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
     manifest = json.loads(members.pop("manifest.json"))

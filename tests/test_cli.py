@@ -146,7 +146,7 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "did you mean 'for'" in err and "^" in err and "Traceback" not in err
     d = run_json(capsys, ["diff", "sim_bounded@v1", "sim_bounded@released", "-r", reg])
-    assert d == plain(api.diff("sim_bounded@v1", "sim_bounded@released", reg))
+    assert d == plain(api.diff("sim_bounded@v1", "sim_bounded@released", registry=reg))
     assert d["difference"] == 0.0 and d["queries_compared"] == 40          # a version against itself
     lin = run_json(capsys, ["lineage", "sim_bounded", "-r", reg])
     assert lin == plain(api.lineage("sim_bounded", reg)) and lin["outputs"]["hardness"]["digest"] == out["hardness"]
@@ -200,7 +200,7 @@ def test_api_demo_is_the_function_after_its_module_loaded():
     # importing rscale.api.demo (for simulate_sample_stats) bound the package attribute `demo` to the
     # submodule, so a later api.demo(...) called a module
     code = ("from rscale import api; api.simulate_sample_stats; "
-            "print(callable(api.demo) and api.demo.__module__ == 'rscale.api.demo')")
+            "print(callable(api.demo) and api.demo.__module__ == 'rscale.api.demos')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
 

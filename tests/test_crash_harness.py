@@ -58,7 +58,7 @@ def test_sigkill_at_random_points_of_register_and_import(tmp_path):
                                      f"backbone='crash{i}')"))
         else:
             api.register(h, s, registry=src, backbone=f"crash{i}")
-            bundle, _ = api.export(f"crash{i}", tmp_path / f"b{i}.tar", src)
+            bundle, _ = api.export(f"crash{i}", tmp_path / f"b{i}.tar", registry=src)
             jobs.append(("import", f"from rscale import api; api.import_({str(bundle)!r}, {str(root)!r})"))
     # how long an uninterrupted run takes (interpreter start included), per kind
     full = {}

@@ -84,12 +84,12 @@ def test_the_cli_words_a_corrupt_blob_as_corrupt_not_as_a_format_error(two_versi
 
 def test_a_deleted_sample_blob_is_an_error_not_silently_fewer_points(two_versions):
     reg_root, reg, v1, _ = two_versions
-    ok = api.curve("mAP@1000 for sim_gaussian@v1", "1e5..1e8", 4, reg_root, bootstrap=20)
+    ok = api.curve("mAP@1000 for sim_gaussian@v1", "1e5..1e8", points=4, registry=reg_root, bootstrap=20)
     assert len(ok["series"][0]["sampled"]) == 4
     os.chmod(reg.blob_path(v1.sample), 0o644)
     reg.blob_path(v1.sample).unlink()
     with pytest.raises(RegistryError, match="sample.* missing|missing.*rscale verify"):
-        api.curve("mAP@1000 for sim_gaussian@v1", "1e5..1e8", 4, reg_root, bootstrap=20)
+        api.curve("mAP@1000 for sim_gaussian@v1", "1e5..1e8", points=4, registry=reg_root, bootstrap=20)
 
 
 def test_a_blob_is_hashed_once_per_file_identity(two_versions, monkeypatch):

@@ -642,7 +642,7 @@ def test_damaged_registries_give_one_clear_error_not_a_traceback(tmp_path):
     os.chmod(p, 0o644)
     p.unlink()
     with pytest.raises(RegistryError, match="missing.*rscale verify"):
-        api.export("sim_gaussian", tmp_path / "b.tar", reg_root)
+        api.export("sim_gaussian", tmp_path / "b.tar", registry=reg_root)
     assert not (tmp_path / "b.tar").exists()
     p.mkdir()
     report = api.verify(reg_root)
@@ -686,7 +686,7 @@ def test_verify_reports_unreadable_catalog_rows_instead_of_crashing(tmp_path):
 def test_import_into_a_registry_it_cannot_write_is_one_clear_error(tmp_path, monkeypatch):
     src = tmp_path / "src"
     api.register(*make_files(tmp_path, seed=0), registry=src)
-    bundle, _ = api.export("sim_gaussian", tmp_path / "b.tar", src)
+    bundle, _ = api.export("sim_gaussian", tmp_path / "b.tar", registry=src)
     target = tmp_path / "ro"
     target.mkdir()
 

@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from rscale.store.hashing import sha256_file
+from rscale.store.hashing import digest_lines, sha256_file
 
 EXPERIMENT = "rscale"
 
