@@ -292,3 +292,15 @@ def test_importing_the_trainer_loads_no_heavy_module():
             "print(','.join(m for m in ('torch', 'peft', 'transformers', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_params_yaml_lora_section_maps_onto_the_dataclass():
+    import yaml
+    from pathlib import Path
+
+    section = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["lora"]
+    p = lora.LoraParams.from_dict(section)
+    assert p.to_dict()["scale_range"] == section["scale_range"] and p.rank == section["rank"]
+    assert lora.LoraParams.from_dict(p.to_dict()) == p
+    assert lora.learning_rate(0, p) == pytest.approx(p.lr / p.warmup_steps)
+    assert lora.learning_rate(p.warmup_steps, p) == pytest.approx(p.lr) and lora.learning_rate(p.steps, p) == 0.0

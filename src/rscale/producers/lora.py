@@ -246,9 +246,9 @@ def adapter_state(model) -> dict:
 def learning_rate(step: int, params: LoraParams) -> float:
     """Linear warm-up over ``warmup_steps``, then cosine decay to 0 at ``steps`` (step is 0-based)."""
     if step < params.warmup_steps:
-        return params.lr * (step + 1) / params.warmup_steps
+        return float(params.lr * (step + 1) / params.warmup_steps)
     span = max(1, params.steps - params.warmup_steps)
-    return 0.5 * params.lr * (1 + np.cos(np.pi * min(1.0, (step - params.warmup_steps) / span)))
+    return float(0.5 * params.lr * (1 + np.cos(np.pi * min(1.0, (step - params.warmup_steps) / span))))
 
 
 # ---------------------------------------------------------------- checkpoints
