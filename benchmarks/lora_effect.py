@@ -106,14 +106,26 @@ def main():
     held = [r for o in split.evaluation for r in sorted((r for r in rs.records if r.object_id == o),
                                                         key=lambda r: r.distance_index)]
 
-    t = time.perf_counter()
     bb = load_backbone(base_dir, device="cpu")
     pooling = "pooled"
-    base = cube(rs, split.evaluation, descriptors(bb, held, pooling))
-    done("base descriptors", t)
-    t = time.perf_counter()
-    gp = cube(rs, split.evaluation, descriptors(bb, held, pooling, GrayPad()))
-    done("GP descriptors (5 views)", t)
+
+    def cached(name, compute):
+        """Descriptors of the held-out renders, kept per (split, render set, model) for re-runs."""
+        from rscale.store.registry import canonical_digest
+        key = canonical_digest([split.to_dict(), rs.content_digest(), name]).split(":", 1)[1][:16]
+        path = args.out / f"desc-{key}.npy"
+        if path.exists():
+            return np.load(path)
+        t0 = time.perf_counter()
+        vecs = compute()
+        np.save(path, vecs)
+        done(name, t0)
+        return vecs
+
+    from rscale.producers.lineage import weights_digest
+    base_id = weights_digest(base_dir)
+    base = cube(rs, split.evaluation, cached(f"base {base_id}", lambda: descriptors(bb, held, pooling)))
+    gp = cube(rs, split.evaluation, cached(f"GP {base_id}", lambda: descriptors(bb, held, pooling, GrayPad())))
 
     params = lora.LoraParams(steps=args.steps, batch_size=args.batch_size)
     t = time.perf_counter()
