@@ -94,10 +94,11 @@ class RunRecord:
         if self._mlflow:
             self._mlflow.set_tag(f"rscale.output.{name}", digest)
 
-    def metric(self, name: str, value: float):
+    def metric(self, name: str, value: float, step: int | None = None):
+        """Log a value (the last one is kept in ``metrics``); ``step`` for a per-step series."""
         self.metrics[name] = float(value)
         if self._mlflow:
-            self._mlflow.log_metric(name, float(value))
+            self._mlflow.log_metric(name, float(value), step=step)
 
 
 @contextmanager
