@@ -43,6 +43,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from rscale.core.estimators.methods import estimate
     from rscale.core.metrics import ap_at_k_from_counts
+    from rscale.errors import InvalidArgumentError
     from rscale.store.sample_stats_file import read_sample_stats
 
     data = Path(a.data)
@@ -64,7 +65,10 @@ def main(argv=None):
             r = out[0] if isinstance(out, list) else out["rows"][0]
             row[m] = {"value": r["value"], "lo": r["ci_low"], "hi": r["ci_high"], "secs": time.perf_counter() - t}
         for m in CURVES:
-            row[m] = {"value": float(estimate(ss, m, metric="AP", k=1000).value(n))}
+            try:
+                row[m] = {"value": float(estimate(ss, m, metric="AP", k=1000).value(n))}
+            except InvalidArgumentError as exc:      # reported as a failure, not hidden
+                row[m] = {"value": float("nan"), "error": str(exc)}
         rows.append(row)
         print(draw, {m: round(row[m]["value"] - truth, 4) for m in HARDNESS + CURVES}, flush=True)
     if a.json:
@@ -83,7 +87,9 @@ def table(rows, truth, n):
         cells = []
         for f in fracs:
             errs = [(r[key] if key == "naive" else r[key]["value"]) - truth for r in rows if r["fraction"] == f]
-            cells += [" ".join(f"{e:+.3f}" for e in errs), f"{np.mean(np.abs(errs)):.3f}"]
+            ok = [e for e in errs if np.isfinite(e)]
+            cells += [" ".join("fails" if not np.isfinite(e) else f"{e:+.3f}" for e in errs),
+                      f"{np.mean(np.abs(ok)):.3f}" if ok else "-"]
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     out += ["", "Interval `rscale predict --sample` prints (95%): covered draws / draws, mean width", "",
             "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
