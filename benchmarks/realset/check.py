@@ -1,0 +1,107 @@
+"""Run the shipped estimators once on the committed real-embedding set (docs/realset.md).
+
+For every committed draw: ``rscale estimate DRAW -m METHOD -o H`` then ``rscale predict H --n N
+--sample DRAW`` (N = the pool size) through the CLI itself (in process, typer's runner), for the
+hardness estimators evt (default), evt-paper, count and sdm; the curve baselines (loguniform,
+powerlaw; no CLI command) through ``rscale.core.estimators.methods.estimate`` as
+benchmarks/accuracy.py calls them; and the naive value at S. Compared with the truth in the
+manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
+whether the interval ``rscale predict --sample`` prints covers the truth, and its width.
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/realset/check.py [--data benchmarks/realset/data]
+Prints a markdown table (pasted into docs/benchmarks.md) and writes --json if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HARDNESS = ("evt", "evt-paper", "count", "sdm")
+CURVES = ("loguniform", "powerlaw")
+
+
+def cli(args):
+    from typer.testing import CliRunner
+
+    from rscale.cli.app import app
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    if res.exit_code != 0:
+        raise RuntimeError(f"rscale {' '.join(map(str, args))} exited {res.exit_code}: {res.output[-400:]}")
+    return res.output
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(Path(__file__).parent / "data"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    from rscale.core.estimators.methods import estimate
+    from rscale.core.metrics import ap_at_k_from_counts
+    from rscale.errors import InvalidArgumentError
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    data = Path(a.data)
+    man = json.loads((data / "manifest.json").read_text())
+    n, truth = man["pool"], man["truth_map_at_1000"]
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="realset-check-"))
+    for draw in sorted(k for k in man["sizes"] if k.startswith("draw-")):
+        path = data / f"{draw}.sample_stats.parquet"
+        ss = read_sample_stats(path)
+        frac = draw.split("-")[1]
+        row = {"draw": draw, "fraction": frac, "S": int(ss.n_sampled[0]), "truth": truth,
+               "naive": float(np.mean(ap_at_k_from_counts(ss.pos_counts, ss.pos_offsets, 1000)))}
+        for m in HARDNESS:
+            t = time.perf_counter()
+            h = tmp / f"{draw}.{m}.parquet"
+            cli(["estimate", path, "-m", m, "-o", h, "--format", "json"])
+            out = json.loads(cli(["predict", h, "--n", str(n), "--sample", path, "--format", "json"]))
+            r = out[0] if isinstance(out, list) else out["rows"][0]
+            row[m] = {"value": r["value"], "lo": r["ci_low"], "hi": r["ci_high"], "secs": time.perf_counter() - t}
+        for m in CURVES:
+            try:
+                row[m] = {"value": float(estimate(ss, m, metric="AP", k=1000).value(n))}
+            except InvalidArgumentError as exc:      # reported as a failure, not hidden
+                row[m] = {"value": float("nan"), "error": str(exc)}
+        rows.append(row)
+        print(draw, {m: round(row[m]["value"] - truth, 4) for m in HARDNESS + CURVES}, flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"truth": truth, "N": n, "rows": rows}, indent=1))
+    print(table(rows, truth, n))
+
+
+def table(rows, truth, n):
+    methods = [("evt (default)", "evt"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
+               ("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
+    fracs = sorted({r["fraction"] for r in rows})
+    out = [f"truth mAP@1000 at N = {n:,}: {truth:.4f}", "",
+           "| estimator | " + " | ".join(f"{f}: signed errors per draw | MAE" for f in fracs) + " |",
+           "|---|" + "---|---|" * len(fracs)]
+    for label, key in methods:
+        cells = []
+        for f in fracs:
+            errs = [(r[key] if key == "naive" else r[key]["value"]) - truth for r in rows if r["fraction"] == f]
+            ok = [e for e in errs if np.isfinite(e)]
+            cells += [" ".join("fails" if not np.isfinite(e) else f"{e:+.3f}" for e in errs),
+                      f"{np.mean(np.abs(ok)):.3f}" if ok else "-"]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out += ["", "Interval `rscale predict --sample` prints (95%): covered draws / draws, mean width", "",
+            "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
+    for label, key in methods[:4]:
+        cells = []
+        for f in fracs:
+            rs = [r[key] for r in rows if r["fraction"] == f]
+            cov = sum(x["lo"] <= truth <= x["hi"] for x in rs)
+            cells.append(f"{cov}/{len(rs)}, {np.mean([x['hi'] - x['lo'] for x in rs]):.3f}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
