@@ -509,3 +509,6 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
 
     typer.echo(api.extract(images, model, out, role, layout, crop, pooling, resolution, batch_size,
                            intervention, shard_size))
+
+
+__import__("rscale.cli.o2i", fromlist=["register"]).register(app)   # rscale o2i ..., rscale compare
