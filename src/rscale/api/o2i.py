@@ -268,15 +268,30 @@ def _extract_cached(info: ModelInfo, items, condition: str, cfg: O2IConfig, coun
                 ds = None
         except FormatError:
             ds = None
+        if ds is None:
+            shutil.rmtree(root, ignore_errors=True)      # damaged outside rscale: extract it again
     t0 = time.perf_counter()
     if ds is None:
-        if root.exists():
-            shutil.rmtree(root)
-        ds = ex.extract(items, info.path, root, role="queries" if condition != "baseline" else "positives",
-                        pooling=info.entry.pooling, resolution=info.resolution, batch_size=cfg.batch_size,
-                        intervention=intervention, progress=progress,
-                        meta={"o2i_condition": condition, "o2i_recipe": key,
-                              "preprocessing": PREPROCESSING.format(r=info.resolution)})
+        # extracted into a folder of its own and renamed into place: two runs sharing a cache never
+        # clobber each other's set (the first rename wins, the other is dropped)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=root.parent))
+        try:
+            ex.extract(items, info.path, tmp, role="queries" if condition != "baseline" else "positives",
+                       pooling=info.entry.pooling, resolution=info.resolution, batch_size=cfg.batch_size,
+                       intervention=intervention, progress=progress,
+                       meta={"o2i_condition": condition, "o2i_recipe": key,
+                             "preprocessing": PREPROCESSING.format(r=info.resolution)})
+            if root.exists() and not (root / "manifest.json").is_file():
+                shutil.rmtree(root)                  # left by an interrupted older version
+            try:
+                os.rename(tmp, root)
+            except OSError:                          # another run finished the same set first
+                if not (root / "manifest.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        ds = DescriptorSet.open(root)
         counters.extracted += 1
     else:
         counters.reused += 1
