@@ -26,11 +26,16 @@ def tiny_mobilenet(path):
     torch.manual_seed(0)
     cfg = transformers.MobileNetV2Config(tf_padding=False, layer_norm_eps=1e-5, depth_multiplier=0.35, image_size=32)
     model = transformers.MobileNetV2Model(cfg)
-    with torch.no_grad():                  # BatchNorm at its init (bias 0) leaves ReLU6 dead on some images
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(0.05, 0.3)
+    with torch.no_grad():    # He-initialised convolutions and random BatchNorm statistics, as trained weights
+        for m in model.modules():    # have (transformers' 0.02-std init makes the output nearly input-independent)
+            if isinstance(m, torch.nn.Conv2d):
+                fan_in = m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+                m.weight.normal_(0.0, (2.0 / fan_in) ** 0.5)
+            elif isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.normal_(1.0, 0.1)
+                m.bias.normal_(0.0, 0.1)
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
     model.save_pretrained(path)
     return path
 
@@ -361,3 +366,31 @@ def test_equal_ratios_of_the_rounded_default_distances_are_one_level():
     assert len(core.recall_by_ratio(cd, 1)["ratio"]) > 8                      # what went wrong (19 levels)
     assert len(core.recall_by_ratio(cd, 1, decimals=api_o2i.RATIO_DECIMALS)["ratio"]) == 8
     assert len(core.asymmetry(cd, decimals=api_o2i.RATIO_DECIMALS).magnitude) == 4
+
+
+def test_renders_are_resized_whole_not_centre_cropped(run):
+    """The baseline descriptor of a render is the network's output on the whole frame resized to
+    the input size (bicubic, ImageNet mean/std here: the tiny checkpoint has no processor file);
+    a centre crop would change the render's O2I (docs/o2i_backbone.md)."""
+    from PIL import Image
+
+    from rscale.producers.o2i import read_render_set
+    rs = read_render_set(run["first"].manifest["renders"]["manifest"])
+    rec = rs.records[0]
+    model = transformers.MobileNetV2Model.from_pretrained(run["tmp"] / "mb").eval()
+    with Image.open(rec.path) as im:
+        x = np.asarray(im.convert("RGB").resize((32, 32), Image.BICUBIC), dtype=np.float32) / 255.0
+    x = (x - np.array(ex.IMAGENET_MEAN, np.float32)) / np.array(ex.IMAGENET_STD, np.float32)
+    with torch.no_grad():
+        v = model(pixel_values=torch.from_numpy(x.transpose(2, 0, 1)[None].copy())).pooler_output[0].numpy()
+    v = v / np.linalg.norm(v)
+    got = stored(run, "mb", "baseline")[f"{rec.object_id}@d{rec.distance_index}"]
+    np.testing.assert_allclose(got, v, atol=1e-4)
+    with Image.open(rec.path) as im:           # the centre crop torchvision's recipe would take differs
+        w = im.size[0]
+        c = np.asarray(im.convert("RGB").crop((w // 16, w // 16, w - w // 16, w - w // 16)).resize((32, 32), Image.BICUBIC),
+                       dtype=np.float32) / 255.0
+    c = (c - np.array(ex.IMAGENET_MEAN, np.float32)) / np.array(ex.IMAGENET_STD, np.float32)
+    with torch.no_grad():
+        vc = model(pixel_values=torch.from_numpy(c.transpose(2, 0, 1)[None].copy())).pooler_output[0].numpy()
+    assert np.abs(got - vc / np.linalg.norm(vc)).max() > 1e-3
