@@ -285,6 +285,7 @@ def _extract_cached(info: ModelInfo, items, condition: str, cfg: O2IConfig, coun
             if root.exists() and not (root / "manifest.json").is_file():
                 shutil.rmtree(root)                  # left by an interrupted older version
             try:
+                tmp.chmod(0o755)                     # mkdtemp's 0700 would hide the set from other users
                 os.rename(tmp, root)
             except OSError:                          # another run finished the same set first
                 if not (root / "manifest.json").is_file():
