@@ -443,6 +443,7 @@ def run_o2i(cfg: O2IConfig, out_dir, progress: bool = True, lineage: bool = True
         (tmp / "timings.json").write_text(json.dumps({"seconds": counters.seconds, "rendered": counters.rendered,
                                                       "extracted": counters.extracted, "reused": counters.reused},
                                                      indent=2, sort_keys=True) + "\n")
+        tmp.chmod(0o755)
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)
@@ -557,7 +558,7 @@ def _summary(tables: dict) -> dict:
         rbr = [x for x in tables["recall_by_ratio"] if x["backbone"] == b]
         by_mag = {}
         for x in rbr:
-            m = round(abs(float(np.log(x["ratio"]))), RATIO_DECIMALS)
+            m = round(abs(float(np.log(x["ratio"]))), 1)      # the rounded ratios: 2.44 and 2.45 are one level
             by_mag.setdefault(m, []).append((x["R@1"], x["pairs"]))
         mags = sorted(by_mag)
         r1 = [float(sum(a * n for a, n in by_mag[m]) / sum(n for _, n in by_mag[m])) for m in mags]
