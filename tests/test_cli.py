@@ -213,8 +213,13 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     group = typer.main.get_command(app)
     assert set(group.commands) == {"demo", "simulate", "check", "estimate", "predict", "register", "ls", "show", "tag",
                                    "verify", "gc", "query", "export", "import", "report", "lineage", "diff", "curve",
-                                   "score", "make-descriptors", "extract"}
-    for name, command in group.commands.items():
+                                   "score", "make-descriptors", "extract", "compare", "o2i"}
+    commands = {}
+    for name, command in group.commands.items():   # sub-apps (rscale o2i run): their commands
+        subs = command.commands if isinstance(command, click.Group) else {"": command}
+        commands.update({f"{name} {sub}".strip(): c for sub, c in subs.items()})
+    assert "o2i run" in commands
+    for name, command in commands.items():
         fmt = [p for p in command.params if "--format" in p.opts]
         if name == "report":                      # markdown or HTML by the --out suffix
             assert not fmt

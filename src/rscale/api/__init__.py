@@ -10,6 +10,8 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
 - :mod:`rscale.api.config`: params.yaml sections (the one config reader)
+- :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
+- :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
 
 The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
@@ -21,9 +23,11 @@ import importlib
 # name -> submodule; resolved on first use so `api.query` does not import the simulator,
 # the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
 _HOME = {
+    "compare": ("PerQueryRanks", "load_run"),    # not `compare`: it would shadow the submodule rscale.api.compare
     "config": ("estimator_from_config", "load_config"),
     "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
+    "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),

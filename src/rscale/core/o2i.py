@@ -522,3 +522,67 @@ def intervention_table(baseline: CrossDistance, intervention: CrossDistance, ks=
     for (name, _, _), p in zip(measures, adj):
         out[f"{name}_p_holm"] = p
     return out
+
+
+# ---- query-side interventions on the benchmark ------------------------------------------------
+
+def _pairs(n_view: int) -> np.ndarray:
+    """Every ordered pair (q, t), q != t, q-major: the order of :func:`cross_distance`."""
+    return np.asarray([(q, t) for q in range(n_view) for t in range(n_view) if q != t], dtype=np.int64)
+
+
+def query_side_cross_distance(query_desc, gallery_desc, distances, block: int = 512) -> CrossDistance:
+    """Cross-distance retrieval with the queries replaced: object i's query at view q is
+    ``query_desc[i, q]`` (an intervention's descriptor: gray-pad, box crop), the gallery is the
+    untouched ``gallery_desc`` (O, V, D), masked as in :func:`cross_distance`. With
+    ``query_desc = gallery_desc`` it equals :func:`cross_distance`."""
+    g = _check_desc(gallery_desc)
+    q = _check_desc(query_desc)
+    if q.shape != g.shape:
+        raise InvalidArgumentError(f"query descriptors {q.shape} and gallery descriptors {g.shape} differ in shape")
+    d = _check_distances(distances, g.shape[1])
+    pairs = _pairs(g.shape[1])
+    ranks = np.empty((len(pairs), g.shape[0]), dtype=np.int64)
+    for v in range(g.shape[1]):
+        sel = np.flatnonzero(pairs[:, 0] == v)
+        ranks[sel] = positive_ranks(q[:, v], g, pairs[sel, 1], block=block)
+    return CrossDistance(d, pairs, ranks)
+
+
+def alpha_qe_cross_distance(desc, distances, n: int = 2, alpha: float = 3.0) -> CrossDistance:
+    """Cross-distance retrieval after alpha-QE of every query (O2I paper §5; Radenović et al.).
+
+    For the pair (q, t), query i's gallery is the masked one of :func:`cross_distance` (its own
+    render at t plus every other object's renders); the query becomes
+    q' = normalise(q + sum_{top n} max(s, 0)^alpha g) over its top-n neighbours in that gallery
+    (as :func:`rscale.producers.interventions.alpha_query_expansion`, which takes one shared
+    gallery), then searches the same gallery again; ties pessimistic.
+    """
+    desc = _check_desc(desc)
+    d = _check_distances(distances, desc.shape[1])
+    n_obj, n_view, dim = desc.shape
+    if not 1 <= int(n) <= (n_obj - 1) * n_view + 1:
+        raise InvalidArgumentError(f"alpha-QE needs 1 <= n <= gallery size ({(n_obj - 1) * n_view + 1}), got n={n}")
+    x = np.ascontiguousarray(desc, dtype=np.result_type(desc.dtype, np.float32))
+    flat = x.reshape(n_obj * n_view, dim)
+    own = np.arange(n_obj)
+    pairs = _pairs(n_view)
+    ranks = np.empty((len(pairs), n_obj), dtype=np.int64)
+    for p, (q, t) in enumerate(pairs):
+        hide = np.zeros(n_view, dtype=bool)
+        hide[np.arange(n_view) != t] = True
+
+        def masked(s):
+            s = s.reshape(n_obj, n_obj, n_view)
+            s[own[:, None], own[:, None], np.flatnonzero(hide)[None, :]] = -np.inf
+            return s.reshape(n_obj, n_obj * n_view)
+
+        s = masked(x[:, q] @ flat.T)
+        top = np.argpartition(-s, int(n) - 1, axis=1)[:, :int(n)]
+        w = np.maximum(np.take_along_axis(s, top, axis=1), 0.0) ** float(alpha)
+        qe = x[:, q] + np.einsum("on,ond->od", w, flat[top])
+        qe /= np.linalg.norm(qe, axis=1, keepdims=True)
+        s2 = masked(qe @ flat.T)
+        pos = s2[own, own * n_view + t]
+        ranks[p] = 1 + np.count_nonzero(s2 >= pos[:, None], axis=1) - 1     # the positive itself is >= pos
+    return CrossDistance(d, pairs, ranks)

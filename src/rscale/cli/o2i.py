@@ -1,0 +1,81 @@
+"""`rscale o2i run` (the controlled O2I benchmark end to end) and `rscale compare` (two runs, paired).
+
+Thin commands over :mod:`rscale.api.o2i` and :mod:`rscale.api.compare`; heavy imports happen
+inside the commands. :func:`register` adds both to the app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rscale.cli import output
+
+o2i_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="The controlled object-to-image (O2I) ratio-mismatch benchmark.")
+
+
+def run(config: Path = typer.Option(Path("params.yaml"), "--config", help="params.yaml with an `o2i:` section."),
+        objects: Optional[int] = typer.Option(None, "--objects", help="Number of objects (overrides o2i.objects)."),
+        out: Path = typer.Option(Path("out/o2i"), "--out", "-o", help="Output folder (tables, plots, report.md)."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+        fmt: str = output.format_option(output.TABLE, output.JSON, help="table or json (the summary)."),
+        ):
+    """Render -> extract -> evaluate -> analyse for the backbones in params.yaml `o2i.backbones`."""
+    from rscale.api import o2i as api_o2i
+
+    cfg = api_o2i.load_o2i_config(config, objects=objects)
+    res = api_o2i.run_o2i(cfg, out, progress=progress)
+    c = res.counters
+    value = {"out": str(res.out), "rendered": c.rendered, "extracted": c.extracted, "reused": c.reused,
+             "seconds": {k: round(v, 2) for k, v in c.seconds.items()}, **res.summary}
+    if fmt == output.JSON:
+        output.print_json(value)
+        return
+    typer.echo(f"wrote {res.out}/report.md, {len(res.manifest['tables'])} tables, {len(res.manifest['plots'])} plots")
+    typer.echo(f"frames rendered {c.rendered}, descriptor sets extracted {c.extracted} (reused {c.reused}); seconds: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in c.seconds.items()))
+    for b, s in res.summary["backbones"].items():
+        r1 = ", ".join(f"{m:.3f}x: {v:.3f}" for m, v in s["R@1_by_magnitude"].items())
+        a = s["asymmetry"]
+        typer.echo(f"{b}: mean R@1 by mismatch {r1}; asymmetry favours {a['favoured']} "
+              f"(tight - wide MRR {a['difference']:+.3f}, p {a['p_value']:.3g})")
+
+
+def compare(run_a: str = typer.Argument(..., help="Run A (reference): an exact evaluation's sample-stats Parquet "
+                                                  "file, or an O2I output folder[#BACKBONE/CONDITION]."),
+            run_b: str = typer.Argument(..., help="Run B, same forms; effect = B - A."),
+            measure: Optional[list[str]] = typer.Option(None, "--measure", "-m",
+                                                        help="Measures (default R@1, R@10, mAP@1000, MRR)."),
+            confidence: float = typer.Option(0.95, "--confidence", help="CI level."),
+            ci: str = typer.Option("t", "--ci", help="t (paired t interval) or bootstrap."),
+            fmt: str = output.format_option(output.TABLE, output.JSON),
+            ):
+    """Paired comparison of two runs on the same queries: effect, CI and p per measure (Holm across measures)."""
+    from rscale.api import compare as cmp
+    from rscale.api import o2i as api_o2i
+
+    a, b = api_o2i.load_compare_run(run_a), api_o2i.load_compare_run(run_b)
+    res = cmp.compare(a, b, measures=tuple(measure) if measure else cmp.DEFAULT_MEASURES, confidence=confidence,
+                      ci=ci)
+    if fmt == output.JSON:
+        output.print_json(res.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{res.label_b} - {res.label_a} on {res.n_queries} queries ({res.confidence:.0%} CI, {res.ci_method})")
+    for col in ("measure", "test", "A", "B", "effect", "CI", "p", "p (Holm)"):
+        table.add_column(col)
+    for r in res.rows:
+        table.add_row(r.measure, r.test, f"{r.value_a:.4f}", f"{r.value_b:.4f}", f"{r.effect:+.4f}",
+                      f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}]", f"{r.p_value:.3g}", f"{r.p_holm:.3g}")
+    output.console().print(table)
+
+
+o2i_app.command("run")(run)
+
+# `rscale o2i run`: a sub-app (app.py adds it by SUBAPPS); `rscale compare`: a plain command
+COMMANDS = {"compare": compare}
+SUBAPPS = {"o2i": o2i_app}
