@@ -40,7 +40,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     from rscale import api
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.store.descriptor_set import DescriptorSet
 
     with tempfile.TemporaryDirectory() as tmp:
         sets = Path(tmp) / "sets"

@@ -17,7 +17,7 @@ from rscale.core import o2i as core  # noqa: E402
 from rscale.errors import InvalidArgumentError  # noqa: E402
 from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers.interventions import alpha_query_expansion  # noqa: E402
-from rscale.score.descriptor_store import DescriptorSet  # noqa: E402
+from rscale.store.descriptor_set import DescriptorSet  # noqa: E402
 
 DISTANCES = [3.5, 4.5, 5.8, 7.5]
 

@@ -91,7 +91,7 @@ def main(argv=None):
     import pyarrow.parquet as pq
 
     from rscale.api.scoring import score
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
     from rscale.score.sampling import hash_uniform
     from rscale.store.sample_stats_file import read_sample_stats, to_table
 

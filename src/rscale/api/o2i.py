@@ -137,7 +137,7 @@ def _backbone(entry, where: Path) -> BackboneEntry:
     return BackboneEntry(name, model, pooling)
 
 
-def load_o2i_config(path=None, section: dict | None = None, objects: int | None = None) -> O2IConfig:
+def load_o2i_config(path=None, *, section: dict | None = None, objects: int | None = None) -> O2IConfig:
     """The ``o2i:`` section of a params file (or ``section`` directly), every value checked.
 
     ``objects`` overrides ``o2i.objects`` (``--objects``)."""
@@ -250,7 +250,7 @@ def _extract_cached(info: ModelInfo, items, condition: str, cfg: O2IConfig, coun
     """{id: descriptor} of ``items``; the set is extracted once per recipe."""
     from rscale.producers import extract as ex
     from rscale.producers.lineage import digest_lines
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.store.descriptor_set import DescriptorSet
     from rscale.store.registry import canonical_digest
 
     images = digest_lines(f"{i}\t{Path(p).name}\t{list(b) if b is not None else None}" for i, p, b in items)
@@ -319,12 +319,13 @@ class O2IResult:
     summary: dict
 
 
-def run_o2i(cfg: O2IConfig, out_dir, progress: bool = True, lineage: bool = True) -> O2IResult:
+def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = True) -> O2IResult:
     """Render, extract, evaluate and analyse; write tables, plots, report and manifest to ``out_dir``."""
     from rscale.core import o2i as core
     from rscale.producers import o2i
     from rscale.producers.interventions import GrayPad, MaskedScales
-    from rscale.producers.lineage import digest_file, producer_run, write_run_sidecar
+    from rscale.producers.lineage import digest_file, producer_run
+    from rscale.store.run_sidecar import write_run_sidecar
 
     out_dir = Path(out_dir)
     counters = Counters()
@@ -512,7 +513,7 @@ def read_manifest(out_dir) -> dict:
     return man
 
 
-def o2i_run(out_dir, backbone: str | None = None, condition: str = "baseline", label: str | None = None):
+def o2i_run(out_dir, backbone: str | None = None, *, condition: str = "baseline", label: str | None = None):
     """One condition of an O2I output folder as per-query ranks for :func:`rscale.api.compare.compare`
     (every ordered distance pair stacked: ids ``<object>@<d_q>-><d_t>``)."""
     from rscale.api.compare import PerQueryRanks
@@ -542,7 +543,7 @@ def load_compare_run(spec: str):
     if Path(path).is_dir():
         backbone, condition = sel.split("/", 1) if "/" in sel else \
             (("", sel) if sel in CONDITIONS else (sel, ""))
-        return o2i_run(path, backbone or None, condition or "baseline", label=spec)
+        return o2i_run(path, backbone or None, condition=condition or "baseline", label=spec)
     if not Path(path).is_file():
         raise InvalidArgumentError(f"{spec}: no such file or O2I output folder (give a sample-stats Parquet file of "
                                    "`rscale score --fraction 1`, or OUT_DIR#BACKBONE/CONDITION)")
