@@ -64,13 +64,13 @@ def random_regions(rng, n_images, d):
     return unit(rng.standard_normal((off[-1], d))), off
 
 
-@pytest.mark.parametrize("block", [1, 3, 100])
-def test_max_region_scores_matches_loop(block):
+@pytest.mark.parametrize("block,share", [(1, 2.0), (3, 2.0), (100, 2.0), (3, 0.0), (100, float("inf"))])
+def test_max_region_scores_matches_loop(block, share):
     rng = np.random.default_rng(1)
     regions, off = random_regions(rng, 30, 8)
     q = unit(rng.standard_normal((7, 8)))
     cand = np.stack([rng.choice(30, 12, replace=False) for _ in range(7)])
-    got = rr.max_region_scores(q, cand, regions, off, block=block)
+    got = rr.max_region_scores(q, cand, regions, off, block=block, share=share)
     want = np.array([[max(float(q[i] @ regions[r]) for r in range(off[g], off[g + 1])) for g in row]
                      for i, row in enumerate(cand)])
     np.testing.assert_allclose(got, want, atol=1e-6)

@@ -13,7 +13,8 @@ Arrays in, arrays out (numpy only); :mod:`rscale.producers.rerank` does the I/O 
   vectors, so this is a max cosine). Per block of queries: one GEMM of the block's queries against
   the regions of the union of their candidates, a segmented max over each image's regions
   (``np.maximum.reduceat``), then a gather of each query's own candidates. Cost per block:
-  B x U x D multiply-adds for B queries whose candidates own U regions in all.
+  B x U x D multiply-adds for B queries whose candidates own U regions in all; when the lists
+  barely overlap (U >> K R) each query is scored alone (one GEMV, K R x D).
 - :func:`combined_scores`: (1 - w) s_region + w s_first (w = 0 by default: pure max-region
   cosine, as in the O2I paper).
 - :func:`reranked_ranks`: the exact rank of each positive after reranking the first-stage top K'
@@ -101,16 +102,21 @@ def region_index(images: np.ndarray, region_offsets: np.ndarray) -> tuple[np.nda
     return rows, starts
 
 
-def max_region_scores(queries, candidates, region_vectors, region_offsets, block: int = 8) -> np.ndarray:
+def max_region_scores(queries, candidates, region_vectors, region_offsets, block: int = 8,
+                      share: float = 2.0) -> np.ndarray:
     """(Q, K) max cosine between each query and the regions of each of its K candidates.
 
     ``queries`` (Q, D) and ``region_vectors`` (M, D) are unit vectors; ``candidates`` (Q, K) holds
     image indices; image g owns ``region_vectors[region_offsets[g]:region_offsets[g+1]]`` and needs
-    at least one region. float32 GEMMs, ``block`` queries at a time.
+    at least one region. float32 GEMMs, ``block`` queries at a time; a block whose candidates
+    span more than ``share`` x K distinct images (lists that barely overlap) is scored one query
+    at a time instead, so no more than ``share`` times the needed multiply-adds are ever spent.
+    Pass float32 ``region_vectors`` when scoring many blocks (fp16 rows are converted per block).
     """
     q = np.asarray(queries, dtype=np.float32)
     cand = np.asarray(candidates, dtype=np.int64)
     off = np.asarray(region_offsets, dtype=np.int64)
+    region_vectors = np.asarray(region_vectors)
     if q.ndim != 2 or cand.ndim != 2 or len(cand) != len(q):
         raise InvalidArgumentError(f"queries must be (Q, D) and candidates (Q, K); got {q.shape} and {cand.shape}")
     n_images = off.size - 1
@@ -119,13 +125,37 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
     if np.any(np.diff(off) < 1):
         raise InvalidArgumentError("every image needs at least one region (the whole image)")
     out = np.empty(cand.shape, dtype=np.float32)
-    for a in range(0, len(q), max(1, block)):
+    block = max(1, block)
+    vectors = region_vectors if region_vectors.dtype == np.float32 else None
+    buffer = np.empty((0, q.shape[1]), np.float32)
+
+    def gather(rows):
+        # one reused float32 buffer: fresh 10-100 MB arrays per block cost more in page faults than the GEMM
+        nonlocal buffer
+        if len(buffer) < rows.size:
+            buffer = np.empty((max(rows.size, 2 * len(buffer)), q.shape[1]), np.float32)
+        view = buffer[:rows.size]
+        if vectors is not None:
+            np.take(vectors, rows, axis=0, out=view)
+        else:
+            view[...] = region_vectors[rows]
+        return view
+
+    for a in range(0, len(q), block):
         cb = cand[a:a + block]
         images, inverse = np.unique(cb, return_inverse=True)
-        rows, starts = region_index(images, off)
-        sims = q[a:a + block] @ np.asarray(region_vectors[rows], dtype=np.float32).T
-        per_image = np.maximum.reduceat(sims, starts, axis=1)
-        out[a:a + block] = np.take_along_axis(per_image, inverse.reshape(cb.shape), axis=1)
+        if images.size <= share * cand.shape[1] or len(cb) == 1:
+            # the block's queries share their candidates: one GEMM against the union's regions
+            rows, starts = region_index(images, off)
+            sims = q[a:a + block] @ gather(rows).T
+            per_image = np.maximum.reduceat(sims, starts, axis=1)
+            out[a:a + block] = np.take_along_axis(per_image, inverse.reshape(cb.shape), axis=1)
+        else:
+            # little sharing: a block GEMM would cost B x U >> B x K; one GEMV per query instead
+            for i, row in enumerate(cb):
+                rows, starts = region_index(row, off)
+                sims = gather(rows) @ q[a + i]
+                out[a + i] = np.maximum.reduceat(sims, starts)
     return out
 
 

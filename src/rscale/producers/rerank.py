@@ -397,7 +397,8 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
         region_scores = max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
                                                 device=bb.device, dtype=bb.dtype, block=max(block, 64))
     else:
-        region_scores = math.max_region_scores(qvec, cand_index, regions.vectors, regions.offsets, block=block)
+        region_scores = math.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32), regions.offsets,
+                                               block=block)
     final = math.combined_scores(region_scores, cand_scores, first_stage_weight)
     order = math.rerank_order(final, cand_ranks)
     take = lambda a: np.take_along_axis(a, order, axis=1)   # noqa: E731
