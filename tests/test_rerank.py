@@ -330,7 +330,28 @@ def _foreign_shard(scene, models, tmp):
     return {}
 
 
+def _not_owlv2(scene, models, tmp):
+    return {"detector": models["vit"]}
+
+
+def _missing_column(scene, models, tmp):
+    import pyarrow.parquet as pq
+    pq.write_table(pq.read_table(scene["root"] / "cand.parquet").drop_columns(["rank"]), scene["root"] / "cand.parquet")
+    return {}
+
+
+def _queries_of_another_backbone(scene, models, tmp):
+    manifest = scene["root"] / "queries" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["weights_sha256"] = "sha256:" + "0" * 64
+    manifest.write_text(json.dumps(m))
+    return {}
+
+
 @pytest.mark.parametrize("case,error,message", [
+    (_not_owlv2, InvalidArgumentError, "model_type 'vit'.*needs an OWLv2 checkpoint"),
+    (_missing_column, FormatError, "cand.parquet, column 'rank': missing column"),
+    (_queries_of_another_backbone, InvalidArgumentError, "extracted with backbone weights sha256:0000"),
     (_no_weights, FormatError, "no detector weights file"),
     (_no_folder, FormatError, "no detector weights: no config.json"),
     (_unknown_gallery, FormatError, "column 'gallery_id'.*'ghost' is not in the gallery"),

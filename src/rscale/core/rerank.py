@@ -127,19 +127,22 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
     out = np.empty(cand.shape, dtype=np.float32)
     block = max(1, block)
     vectors = region_vectors if region_vectors.dtype == np.float32 else None
-    buffer = np.empty((0, q.shape[1]), np.float32)
+    chunk = 512                                           # rows gathered at a time: ~2 MB at D = 1024
+    buffer = np.empty((chunk, q.shape[1]), np.float32)
 
-    def gather(rows):
-        # one reused float32 buffer: fresh 10-100 MB arrays per block cost more in page faults than the GEMM
-        nonlocal buffer
-        if len(buffer) < rows.size:
-            buffer = np.empty((max(rows.size, 2 * len(buffer)), q.shape[1]), np.float32)
-        view = buffer[:rows.size]
-        if vectors is not None:
-            np.take(vectors, rows, axis=0, out=view)
-        else:
-            view[...] = region_vectors[rows]
-        return view
+    def similarities(qs, rows):
+        # gather a cache-sized chunk of region rows, multiply while it is hot: the gathered copy
+        # never goes to main memory, so the traffic is one read of each region (as a GEMV's)
+        sims = np.empty((len(qs), rows.size), np.float32)
+        for c in range(0, rows.size, chunk):
+            part = rows[c:c + chunk]
+            view = buffer[:part.size]
+            if vectors is not None:
+                np.take(vectors, part, axis=0, out=view)
+            else:
+                view[...] = region_vectors[part]
+            np.matmul(qs, view.T, out=sims[:, c:c + part.size])
+        return sims
 
     for a in range(0, len(q), block):
         cb = cand[a:a + block]
@@ -147,15 +150,13 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
         if images.size <= share * cand.shape[1] or len(cb) == 1:
             # the block's queries share their candidates: one GEMM against the union's regions
             rows, starts = region_index(images, off)
-            sims = q[a:a + block] @ gather(rows).T
-            per_image = np.maximum.reduceat(sims, starts, axis=1)
+            per_image = np.maximum.reduceat(similarities(q[a:a + block], rows), starts, axis=1)
             out[a:a + block] = np.take_along_axis(per_image, inverse.reshape(cb.shape), axis=1)
         else:
             # little sharing: a block GEMM would cost B x U >> B x K; one GEMV per query instead
             for i, row in enumerate(cb):
                 rows, starts = region_index(row, off)
-                sims = gather(rows) @ q[a + i]
-                out[a + i] = np.maximum.reduceat(sims, starts)
+                out[a + i] = np.maximum.reduceat(similarities(q[a + i:a + i + 1], rows)[0], starts)
     return out
 
 
