@@ -133,7 +133,9 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
     def similarities(qs, rows):
         # gather a cache-sized chunk of region rows, multiply while it is hot: the gathered copy
         # never goes to main memory, so the traffic is one read of each region (as a GEMV's)
-        sims = np.empty((len(qs), rows.size), np.float32)
+        # (rows, B): each chunk's product lands in a contiguous slice (BLAS, no strided output)
+        sims = np.empty((rows.size, len(qs)), np.float32)
+        qt = np.ascontiguousarray(qs.T)
         for c in range(0, rows.size, chunk):
             part = rows[c:c + chunk]
             view = buffer[:part.size]
@@ -141,7 +143,7 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
                 np.take(vectors, part, axis=0, out=view)
             else:
                 view[...] = region_vectors[part]
-            np.matmul(qs, view.T, out=sims[:, c:c + part.size])
+            np.matmul(view, qt, out=sims[c:c + part.size])
         return sims
 
     for a in range(0, len(q), block):
@@ -150,13 +152,13 @@ def max_region_scores(queries, candidates, region_vectors, region_offsets, block
         if images.size <= share * cand.shape[1] or len(cb) == 1:
             # the block's queries share their candidates: one GEMM against the union's regions
             rows, starts = region_index(images, off)
-            per_image = np.maximum.reduceat(similarities(q[a:a + block], rows), starts, axis=1)
+            per_image = np.maximum.reduceat(similarities(q[a:a + block], rows), starts, axis=0).T
             out[a:a + block] = np.take_along_axis(per_image, inverse.reshape(cb.shape), axis=1)
         else:
             # little sharing: a block GEMM would cost B x U >> B x K; one GEMV per query instead
             for i, row in enumerate(cb):
                 rows, starts = region_index(row, off)
-                out[a + i] = np.maximum.reduceat(similarities(q[a + i:a + i + 1], rows)[0], starts)
+                out[a + i] = np.maximum.reduceat(similarities(q[a + i:a + i + 1], rows)[:, 0], starts)
     return out
 
 
