@@ -258,6 +258,23 @@ def test_cache_is_reused_and_resumable(scene, models, monkeypatch):
     assert pq.read_table(scene["root"] / "out" / "reranked.parquet").equals(a)
 
 
+def test_lineage_is_logged(scene, models, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from rscale.producers.lineage import read_run_id
+    inject_true_boxes(monkeypatch, scene)
+    run(scene, models, lineage=True)
+    out = scene["root"] / "out"
+    run_id = read_run_id(out / "manifest.json")
+    assert run_id
+    got = mlflow.tracking.MlflowClient().get_run(run_id)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert got.data.tags["rscale.stage"] == "rerank"
+    for name in ("first_stage", "detector", "backbone", "region_cache", "qrels"):
+        assert got.data.tags[f"rscale.input.{name}"] == manifest["inputs"][name]
+    assert got.data.tags["rscale.output.reranked.parquet"] == manifest["files"]["reranked.parquet"]
+    assert got.data.params["k"] == "8" and got.data.metrics["R_at_1"] == 1.0
+
+
 def test_cache_rows_round_trip(scene, models):
     run(scene, models)
     import pyarrow.parquet as pq
@@ -330,6 +347,15 @@ def _foreign_shard(scene, models, tmp):
     return {}
 
 
+def _duplicate_candidate(scene, models, tmp):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    t = pq.read_table(scene["root"] / "cand.parquet").to_pydict()
+    t["gallery_id"][2] = t["gallery_id"][1]
+    pq.write_table(pa.table(t), scene["root"] / "cand.parquet")
+    return {}
+
+
 def _not_owlv2(scene, models, tmp):
     return {"detector": models["vit"]}
 
@@ -349,6 +375,7 @@ def _queries_of_another_backbone(scene, models, tmp):
 
 
 @pytest.mark.parametrize("case,error,message", [
+    (_duplicate_candidate, FormatError, "column 'gallery_id': query 'q0' lists a gallery id twice"),
     (_not_owlv2, InvalidArgumentError, "model_type 'vit'.*needs an OWLv2 checkpoint"),
     (_missing_column, FormatError, "cand.parquet, column 'rank': missing column"),
     (_queries_of_another_backbone, InvalidArgumentError, "extracted with backbone weights sha256:0000"),

@@ -286,7 +286,12 @@ def read_candidates(path, k: int):
         raise InvalidArgumentError(f"K'={k} is larger than the first-stage list of query {str(queries[short])!r} "
                                    f"({counts[short]} candidates in {path}); pass k <= {int(counts.min())}")
     take = (starts[:, None] + np.arange(k)[None, :])
-    return queries, gid[take], score[take], rank[take]
+    ids = gid[take]
+    dup = np.flatnonzero((np.sort(ids, axis=1)[:, 1:] == np.sort(ids, axis=1)[:, :-1]).any(axis=1))
+    if dup.size:
+        raise FormatError(f"query {str(queries[dup[0]])!r} lists a gallery id twice in its top {k}",
+                          path=str(path), column="gallery_id", hint="one row per (query_id, gallery_id)")
+    return queries, ids, score[take], rank[take]
 
 
 def _read_qrels(path):
