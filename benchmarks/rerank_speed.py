@@ -107,7 +107,8 @@ def region_extraction(args, root: Path):
           f"{args.vit_layers}x{args.vit_hidden}/14 @ {args.vit_res}; {args.boxes} boxes + whole image")
     print(f"| total | {total:.1f} s | {n / total:.3f} images/s |")
     print(f"| detector | {spent['detector']:.1f} s | {spent['detector'] / n:.2f} s/image |")
-    print(f"| backbone ({spent['crops']} crops) | {spent['backbone']:.1f} s | {spent['backbone'] / max(spent['crops'], 1) * 1e3:.0f} ms/crop |")
+    per_crop = spent["backbone"] / max(spent["crops"], 1) * 1e3
+    print(f"| backbone ({spent['crops']} crops) | {spent['backbone']:.1f} s | {per_crop:.0f} ms/crop |")
     print(f"| rest (decode, pad, crop, hash, write) | {total - spent['detector'] - spent['backbone']:.1f} s | |")
     print(f"| second run (cache hit, {again} computed) | {reuse:.2f} s | |")
 

@@ -171,7 +171,8 @@ def scene(tmp_path, models):
     pq.write_table(pa.table({"query_id": ["q0"] * len(order), "gallery_id": [str(gids[i]) for i in order],
                              "score": s[order], "rank": np.arange(1, len(order) + 1)}), tmp_path / "cand.parquet")
     pq.write_table(pa.table({"query_id": ["q0"], "positive_id": ["pos"]}), tmp_path / "qrels.parquet")
-    return {"root": tmp_path, "gallery": gal, "boxes": boxes, "first_rank_of_pos": int(np.flatnonzero(gids[order] == "pos")[0]) + 1}
+    first_rank = int(np.flatnonzero(gids[order] == "pos")[0]) + 1
+    return {"root": tmp_path, "gallery": gal, "boxes": boxes, "first_rank_of_pos": first_rank}
 
 
 def run(scene, models, **kw):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rscale.core import rerank as math
+from rscale.core import rerank as core_rerank
 from rscale.errors import FormatError, InvalidArgumentError
 from rscale.producers.extract import _torch
 
@@ -150,8 +150,8 @@ def propose_regions(det: Detector, images, params: ProposalParams = ProposalPara
     objectness, boxes = raw_proposals(det, detector_pixels(det, images))
     out = []
     for im, obj, bx in zip(images, objectness, boxes):
-        px = math.boxes_to_pixels(bx, *im.size)
-        keep = math.nms_keep(px, obj, params.nms_iou, params.max_boxes, params.min_objectness, params.min_side)
+        px = core_rerank.boxes_to_pixels(bx, *im.size)
+        keep = core_rerank.nms_keep(px, obj, params.nms_iou, params.max_boxes, params.min_objectness, params.min_side)
         out.append((px[keep].astype(np.float32), obj[keep].astype(np.float32)))
     return out
 
@@ -236,7 +236,7 @@ def max_region_scores_torch(queries, candidates, region_vectors, region_offsets,
     for a in range(0, len(cand), block):
         cb = cand[a:a + block]
         images, inverse = np.unique(cb, return_inverse=True)
-        rows, starts = math.region_index(images, off)
+        rows, starts = core_rerank.region_index(images, off)
         seg = torch.as_tensor(np.repeat(np.arange(images.size), np.diff(np.append(starts, rows.size))), device=device)
         sims = (q[a:a + block] @ regions[torch.as_tensor(rows, device=device)].T).float()
         per_image = torch.full((sims.shape[0], images.size), -torch.inf, device=device)
@@ -358,7 +358,7 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     from rscale.producers.rerank_cache import RegionCache
     from rscale.score.descriptor_store import DescriptorSet
 
-    math.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
+    core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
     qset = DescriptorSet.open(queries)
     qids, cand_ids, cand_scores, cand_ranks = read_candidates(candidates, k)
     qset_ids = np.asarray(qset.ids()).astype(str)
@@ -402,10 +402,10 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
         region_scores = max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
                                                 device=bb.device, dtype=bb.dtype, block=max(block, 64))
     else:
-        region_scores = math.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32), regions.offsets,
-                                               block=block)
-    final = math.combined_scores(region_scores, cand_scores, first_stage_weight)
-    order = math.rerank_order(final, cand_ranks)
+        region_scores = core_rerank.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32),
+                                                      regions.offsets, block=block)
+    final = core_rerank.combined_scores(region_scores, cand_scores, first_stage_weight)
+    order = core_rerank.rerank_order(final, cand_ranks)
     take = lambda a: np.take_along_axis(a, order, axis=1)   # noqa: E731
     new_ids = take(cand_ids)
 
