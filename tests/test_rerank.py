@@ -219,6 +219,11 @@ def test_crop_rerank_recovers_a_small_object(scene, models, monkeypatch):
     assert manifest["inputs"]["backbone"] == weights_digest(models["vit"])
     assert manifest["inputs"]["first_stage"] == digest_file(scene["root"] / "cand.parquet")
     assert manifest["files"]["reranked.parquet"] == digest_file(scene["root"] / "out" / "reranked.parquet")
+    # weight 1: the first-stage score alone, so the first-stage order (and the cache is reused)
+    w1 = run(scene, models, first_stage_weight=1.0, out=scene["root"] / "o1")
+    lists1 = pq.read_table(scene["root"] / "o1" / "reranked.parquet").to_pydict()
+    assert w1["images_computed"] == 0 and lists1["first_stage_rank"] == list(range(1, 9))
+    np.testing.assert_allclose(lists1["score"], lists1["first_stage_score"], atol=1e-6)
     # the whole image is region 0: with it alone (no boxes kept) the rerank is the first stage's order
     monkeypatch.undo()
     out0 = run(scene, models, params=prr.ProposalParams(max_boxes=0), cache=scene["root"] / "c0", out=scene["root"] / "o0")
