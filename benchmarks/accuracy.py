@@ -159,7 +159,7 @@ def run_one(spec, n, s, seed, b_boot=300):
                 # rejected-tail alternative, computed as the registry does (rscale.api.estimation)
                 halves = [float(predict_per_query(estimate(h, method, **params), "AP", n, K_METRIC, mode).mean())
                           for i in range(3) for h in split_halves(ss, seed=100 + i)]
-                check = tail_check(ss, method, params, f"mAP@{K_METRIC}", (n,))
+                check = tail_check(ss, method, params=params, measure=f"mAP@{K_METRIC}", sizes=(n,))
                 r_lo, r_hi = reported_interval(pred, lo, hi, distractor_spread(halves), convergence_step(halves, pred),
                                                alternatives=[check[key][0] for key in TAIL_ALTERNATIVES if key in check])
                 out[REPORTED] = (pred - truth, r_lo <= truth <= r_hi, time.perf_counter() - t, r_hi - r_lo)

@@ -162,6 +162,7 @@ def test_in_pool_prediction(simulated):
         predict_per_query(est, "AP", s / 2, in_pool_counts=ss.pos_counts)
 
 
+@pytest.mark.slow
 def test_in_pool_is_closer_to_a_small_pools_realised_value():
     # a 1M pool sampled at 30%: conditioning on the observed counts removes part of the error
     spec = replace(PRESETS["sim_bounded"], n_queries=1232)
@@ -224,6 +225,7 @@ def test_default_averages_own_and_shared_tail_models():
         estimate(ss, "evt", posterior=True)
 
 
+@pytest.mark.slow
 def test_gof_refit_on_dense_near_duplicate_clusters():
     # A cluster sampled dozens of times is no outlier, so the largest-excess test passes, but the
     # GPD through bulk and cluster fails the A^2 test: those queries are refitted on the top quarter
@@ -279,8 +281,8 @@ def test_tail_check_only_for_tail_estimators():
     from rscale import api
 
     ss = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=100), seed=1), 1_000_000, k=4000, seed=1)
-    assert api.tail_check(ss, "count", {}) is None
-    check = api.tail_check(ss, "evt", {}, sizes=(1e6, 1e8))
+    assert api.tail_check(ss, "count", params={}) is None
+    check = api.tail_check(ss, "evt", params={}, sizes=(1e6, 1e8))
     assert check["rejected_share"] > 0.2 and len(check["alternative"]) == 2
     # the count bound can only make rejected positives harder: the alternative metric is lower
     from rscale.core.prediction import predict_per_query
@@ -299,10 +301,10 @@ def test_tail_check_only_for_tail_estimators():
     assert check["single_threshold"][1] == pytest.approx(single, abs=1e-5)
     assert abs(single - value) > 1e-3                        # some queries here are refitted
     # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
-    paper = api.tail_check(ss, "evt-paper", {}, sizes=(1e8,))
+    paper = api.tail_check(ss, "evt-paper", params={}, sizes=(1e8,))
     pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink", gof_crit=0.0),
                                      "AP", 1e8, 1000).mean()
     assert paper["shared_shape"][0] == pytest.approx(pooled_paper, abs=1e-5) and "own_shape" not in paper
     assert "single_threshold" not in paper      # the paper's configuration keeps one threshold
     # an estimate that already pools shapes has no shared-shape alternative of its own
-    assert "shared_shape" not in api.tail_check(ss, "evt", {"pool_xi": "full"}, sizes=(1e8,))
+    assert "shared_shape" not in api.tail_check(ss, "evt", params={"pool_xi": "full"}, sizes=(1e8,))

@@ -1,6 +1,8 @@
 """Feature extraction on tiny randomly initialised transformers models saved to disk first
 (the real from_pretrained path), with images the tests draw."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from PIL import Image  # noqa: E402
 from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
 from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers.interventions import GrayPad, MaskedScales, alpha_query_expansion, gray_pad  # noqa: E402
-from rscale.score.descriptor_store import DescriptorSet  # noqa: E402
+from rscale.store.descriptor_set import DescriptorSet  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             image_size=32, patch_size=8)
@@ -176,10 +178,10 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
     pq.write_table(pa.table({"query_id": ["id0", "id1"], "positive_id": ["id2", "id3"]}), sets / "qrels.parquet")
-    api.score(sets / "queries", sets / "positives", sets / "qrels.parquet", sets / "distractors",
-              tmp_path / "ss.parquet", k=5)
-    api.estimate(tmp_path / "ss.parquet", "count", (), tmp_path / "h.parquet")
-    out = api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", tmp_path / "reg")
+    api.score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=sets / "distractors",
+              out=tmp_path / "ss.parquet", k=5)
+    api.estimate(tmp_path / "ss.parquet", "count", params=(), out=tmp_path / "h.parquet")
+    out = api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", registry=tmp_path / "reg")
     lin = api.lineage(out["ref"].split("@")[0], tmp_path / "reg")
     meta = lin["inputs"]["sample"]["meta"]
     assert meta["weights_sha256"] == weights_digest(model)
@@ -189,8 +191,154 @@ def test_lineage_from_hardness_back_to_weights(tmp_path, monkeypatch):
     assert score_run.data.tags["rscale.stage"] == "score"
     manifest_digest = score_run.data.tags["rscale.input.distractors"]
     dist_manifest = DescriptorSet.open(sets / "distractors").manifest
-    from rscale.producers.lineage import read_run_id
+    from rscale.store.run_sidecar import read_run_id
     assert "mlflow_run_id" not in dist_manifest               # artifacts stay deterministic
     extract_run = client.get_run(read_run_id(sets / "distractors" / "manifest.json"))
     assert extract_run.data.tags["rscale.input.weights"] == weights_digest(model)
     assert extract_run.data.tags["rscale.output.manifest"] == manifest_digest
+
+
+def test_resume_refuses_a_folder_made_by_another_recipe(tmp_path):
+    # issue 11: model B into a folder made (partly) with model A kept A's vectors under B's manifest
+    from rscale.cli import main
+    from rscale.producers.lineage import weights_digest
+
+    a = save(tmp_path, "vit")
+    torch.manual_seed(1)
+    b = tmp_path / "vit_b"
+    transformers.ViTModel(transformers.ViTConfig(**TINY)).save_pretrained(b)
+    items = images(tmp_path, n=8)
+    out = tmp_path / "out"
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    (out / "manifest.json").unlink()                          # interrupted after the shards
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(InvalidArgumentError, match="another recipe.*weights_sha256"):
+        ex.extract(items, b, out, role="distractors", shard_size=4, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before      # nothing written or removed
+    # a complete set of A, re-run with other parameters: refused too (the CLI says so, exit 2)
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    assert main(["extract", str(tmp_path / "imgs_dir_missing"), "--model", str(a), "-o", str(out)]) == 2
+    img_dir = tmp_path / "imgs"
+    img_dir.mkdir()
+    for _, p, _ in items:
+        (img_dir / p.name).write_bytes(p.read_bytes())
+    assert main(["extract", str(img_dir), "--model", str(a), "-o", str(out), "--pooling", "mean",
+                 "--shard-size", "4"]) == 2
+    # the same recipe resumes; another folder for B is fine and holds B's vectors
+    ex.extract(items, a, out, role="distractors", shard_size=4, progress=False)
+    ds_b = ex.extract(items, b, tmp_path / "out_b", role="distractors", shard_size=4, progress=False)
+    assert ds_b.manifest["weights_sha256"] == weights_digest(b) == ds_b.manifest["recipe"]["weights_sha256"]
+    va = np.concatenate([np.asarray(v) for _, v in DescriptorSet.open(out).shards()])
+    vb = np.concatenate([np.asarray(v) for _, v in ds_b.shards()])
+    assert np.abs(va - vb).max() > 1e-3
+
+
+def test_make_descriptor_sets_refuses_a_folder_of_other_parameters(tmp_path):
+    from rscale import api
+    api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=0, shard_size=100)
+    with pytest.raises(InvalidArgumentError, match="another recipe.*seed"):
+        api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=1, shard_size=100)
+    api.make_descriptor_sets(tmp_path / "d", instances=5, dim=8, distractors=300, seed=0, shard_size=100)
+
+
+def save_with_processor(tmp_path, kind="vit"):
+    """A tiny random checkpoint saved with an image processor that resizes the shortest edge and
+    centre-crops (the crop recipe the plain resize skips)."""
+    torch.manual_seed(0)
+    if kind == "mobilenet_v2":
+        model = transformers.MobileNetV2Model(transformers.MobileNetV2Config(image_size=64, depth_multiplier=0.35))
+        with torch.no_grad():                   # the default init's activations vanish by the last layer
+            for p in model.parameters():
+                if p.dim() == 4:
+                    torch.nn.init.kaiming_normal_(p)
+        # 64 px in: a 2 x 2 last feature map, so 'mean' is a real spatial mean
+        proc = transformers.MobileNetV2ImageProcessor(size={"shortest_edge": 72}, crop_size={"height": 64, "width": 64})
+    else:
+        model = transformers.ViTModel(transformers.ViTConfig(**TINY))
+        proc = transformers.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32},
+                                               image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.25, 0.3])
+    path = tmp_path / f"{kind}_proc"
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
+    assert (path / "preprocessor_config.json").exists()
+    return path
+
+
+def _reference(path, items, pool):
+    """Descriptors computed with transformers alone: its processor, its model, then L2."""
+    proc = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+    model = transformers.AutoModel.from_pretrained(path, local_files_only=True).eval()
+    ims = [ex.open_image(p).convert("RGB") for _, p, _ in items]
+    with torch.inference_mode():
+        out = model(pixel_values=proc(images=ims, return_tensors="pt")["pixel_values"])
+    v = pool(out).float().numpy()
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_extract_preprocesses_through_the_checkpoints_image_processor(tmp_path):
+    model = save_with_processor(tmp_path)
+    items = images(tmp_path, n=5)
+    ds = ex.extract(items, model, tmp_path / "out", role="positives", batch_size=2, progress=False)
+    assert ds.manifest["preprocessing"] == "processor" and ds.manifest["recipe"]["preprocessing"] == "processor"
+    assert ds.manifest["image_processor"].startswith("CLIPImageProcessor") and ds.manifest["resolution"] == 32
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    np.testing.assert_allclose(got, _reference(model, items, lambda o: o.last_hidden_state[:, 0]), atol=1e-5)
+    # the opt-out for fixed-resolution protocols: a plain resize, recorded, and not the same vectors
+    plain = ex.extract(items, model, tmp_path / "plain", role="positives", preprocessing="resize", progress=False)
+    assert plain.manifest["preprocessing"] == "resize" and plain.manifest["image_processor"] == "none"
+    assert np.abs(np.concatenate([np.asarray(v) for _, v in plain.shards()]) - got).max() > 1e-3
+    # a resolution asks for the plain resize under auto; with an explicit processor it is refused
+    assert ex.load_backbone(model, resolution=48).preprocessing == "resize"
+    with pytest.raises(InvalidArgumentError, match="only with preprocessing 'resize'"):
+        ex.load_backbone(model, resolution=48, preprocessing="processor")
+    with pytest.raises(FormatError, match="no preprocessor_config.json"):
+        ex.load_backbone(save(tmp_path, "vit"), preprocessing="processor")
+    assert ex.load_backbone(save(tmp_path, "vit")).preprocessing == "resize"    # nothing else to use
+    # a broken processor config is a clear error naming the opt-out
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    (broken / "preprocessor_config.json").write_text('{"image_processor_type": "NoSuchImageProcessor"}')
+    with pytest.raises(FormatError, match="cannot load the checkpoint's image processor.*--preprocessing resize"):
+        ex.load_backbone(broken)
+    # MSA's patch mask assumes the whole image is seen: not through a centre crop
+    with pytest.raises(InvalidArgumentError, match="use preprocessing 'resize'"):
+        MaskedScales()(ex.load_backbone(model), [ex.open_image(items[0][1])])
+    # the same folder, another preprocessing: another recipe, refused
+    with pytest.raises(InvalidArgumentError, match="another recipe.*preprocessing"):
+        ex.extract(items, model, tmp_path / "out", role="positives", preprocessing="resize", progress=False)
+
+
+def test_extract_mobilenet_v2_pooled_output(tmp_path):
+    model = save_with_processor(tmp_path, "mobilenet_v2")
+    items = images(tmp_path, n=4)
+    ds = ex.extract(items, model, tmp_path / "out", role="distractors", pooling="pooled", progress=False)
+    assert ds.manifest["model_type"] == "mobilenet_v2" and ds.manifest["preprocessing"] == "processor"
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    assert got.shape[1] == 1280                     # MobileNetV2's last 1x1 conv (not scaled below 1.0)
+    np.testing.assert_allclose(got, _reference(model, items, lambda o: o.pooler_output), atol=1e-5)
+    # mean pooling is the spatial mean of the last feature map: the same global average pool
+    mean = ex.extract(items, model, tmp_path / "mean", role="distractors", pooling="mean", progress=False)
+    np.testing.assert_allclose(np.concatenate([np.asarray(v) for _, v in mean.shards()]), got, atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match="no CLS token"):
+        ex.extract(items, model, tmp_path / "cls", role="distractors", pooling="cls", progress=False)
+    bb = ex.load_backbone(model, preprocessing="resize")
+    with pytest.raises(InvalidArgumentError, match="ViT-family backbone"):
+        MaskedScales()(bb, [ex.open_image(items[0][1])], "pooled")
+    with pytest.raises(InvalidArgumentError, match="no patch grid"):
+        bb.grid
+
+
+def test_extract_cli_records_the_preprocessing_choice(tmp_path):
+    from rscale.cli import main
+    model = save_with_processor(tmp_path)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for _, p, _ in images(tmp_path, n=3):
+        (folder / p.name).write_bytes(p.read_bytes())
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "a")]) == 0
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "b"),
+                 "--preprocessing", "resize", "--resolution", "32"]) == 0
+    assert DescriptorSet.open(tmp_path / "a").manifest["preprocessing"] == "processor"
+    assert DescriptorSet.open(tmp_path / "b").manifest["preprocessing"] == "resize"
+    assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "c"),
+                 "--preprocessing", "crop"]) == 2

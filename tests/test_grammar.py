@@ -88,3 +88,18 @@ def test_round_trip_property(measures, sizes, backbones, bench, est, mode):
 @given(st.integers(1, 10**15))
 def test_size_format_round_trip(n):
     assert parse_size(format_size(n)) == n
+
+
+@pytest.mark.parametrize("bad", ["\x1b[2J", "\x1b]0;owned\x07", "\u202e", "\x9b31m"])
+def test_control_characters_are_escaped_in_errors(bad):
+    # an ESC sequence echoed raw would clear the screen or retitle the terminal
+    text = f"mAP@1000 at N=1e8 for a {bad}zz"
+    with pytest.raises(QuerySyntaxError) as err:
+        parse(text)
+    message = str(err.value)
+    assert all(ch.isprintable() for line in message.splitlines() for ch in line), repr(message)
+    first, caret_line = message.splitlines()[:2]
+    shown = repr(bad)[1:-1]
+    assert first.endswith(f"for a {shown}zz")
+    start = caret_line.index("^")
+    assert first[start:start + caret_line.count("^")] == f"{shown}zz"   # the caret still points at the word

@@ -68,6 +68,6 @@ def test_estimate_output_is_byte_deterministic(tmp_path, ss):
     from rscale.store.registry import sha256_file
     from rscale.store.sample_stats_file import write_sample_stats
     s = write_sample_stats(ss, tmp_path / "ss.parquet")
-    api.estimate(s, "evt", (), tmp_path / "a.parquet")
-    api.estimate(s, "evt", (), tmp_path / "b.parquet")
+    api.estimate(s, "evt", params=(), out=tmp_path / "a.parquet")
+    api.estimate(s, "evt", params=(), out=tmp_path / "b.parquet")
     assert sha256_file(tmp_path / "a.parquet") == sha256_file(tmp_path / "b.parquet")

@@ -20,6 +20,7 @@ def test_canonical_spelling(text, want):
 BAD = [
     ("mAP", "needs a cut-off"), ("nDCG@10", "unknown measure 'nDCG'"), ("mAPP@10", "Did you mean 'mAP'"),
     ("mAP@0", "whole number >= 1"), ("mAP@2.5", "cannot read measure"), ("", "cannot read measure"),
+    ("mAP@99999999999999999999", "at most 1e15"),
 ]
 
 

@@ -111,3 +111,26 @@ def test_ranks_must_be_positions():
         metrics.ap_at_k([2, 2], [0, 2])
     with pytest.raises(InvalidArgumentError):
         metrics.ap_at_k([0], [0, 1])
+
+
+@pytest.mark.parametrize("k", [15, 50, 1000])
+def test_ap_matches_ir_measures_where_all_positives_fit_in_k(k):
+    # trec_eval's AP@k (pytrec_eval through ir_measures) normalises by |G|, ILIAS's by
+    # min(k, |G|): the two agree exactly when |G| <= k, positives beyond rank k counting 0 in both
+    ir_measures = pytest.importorskip("ir_measures")
+    rng = np.random.default_rng(k)
+    scores, labels = _random_gallery(rng, n_queries=40, n_gallery=200)
+    qrels, run, ranks, offsets = [], [], [], [0]
+    for q in range(scores.shape[0]):
+        order = np.argsort(-scores[q], kind="stable")
+        pos_rank = np.flatnonzero(labels[q][order]) + 1
+        assert len(pos_rank) <= k
+        ranks += pos_rank.tolist()
+        offsets.append(len(ranks))
+        qrels += [ir_measures.Qrel(f"q{q}", f"d{d}", 1) for d in np.flatnonzero(labels[q])]
+        # scores as rank-derived floats: trec_eval then ranks exactly as argsort did (no ties)
+        run += [ir_measures.ScoredDoc(f"q{q}", f"d{d}", float(len(order) - i)) for i, d in enumerate(order)]
+    ours = metrics.ap_at_k(np.asarray(ranks), np.asarray(offsets), k=k)
+    theirs = {m.query_id: m.value for m in ir_measures.iter_calc([ir_measures.AP @ k], qrels, run)}
+    np.testing.assert_allclose(ours, [theirs[f"q{q}"] for q in range(scores.shape[0])], rtol=1e-12, atol=1e-12)
+    assert ours.min() < 1.0 and (k > 15 or ours.min() < ours.max())   # not a degenerate case

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 pytest.importorskip("dvc")
+pytestmark = pytest.mark.slow          # DVC end to end: a minute or more
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,8 +24,10 @@ def run(cmd, cwd, env):
 
 @pytest.fixture()
 def project(tmp_path):
-    for name in ("dvc.yaml", "params.yaml"):
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
         shutil.copy(ROOT / name, tmp_path / name)
+    # the stages depend on the code they run
+    shutil.copytree(ROOT / "src" / "rscale", tmp_path / "src" / "rscale", ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["sample"].update({"s": 200_000, "k": 400, "queries": 60})
     params["estimate"]["evt"]["k_top"] = 400
@@ -56,6 +59,28 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     assert {r["backbone"] for r in out["rows"]} == {"sim_desc", "sim_gaussian", "sim_neardup"}
     # nothing changed: a second repro runs no stage
     assert "didn't change" in run(dvc + ["repro"], path, env)
+    # parameters no stage reads (the demo's N, another method's parameters) rerun nothing ...
+    params_file = path / "params.yaml"
+    original = params_file.read_text()
+    params = yaml.safe_load(original)
+    params["report"]["n"] = 1e9
+    params["estimate"]["sdm"] = {"bins": 3}
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert "up to date" in run(dvc + ["status"], path, env)
+    # ... one a stage reads reruns exactly the stages that read it
+    params["sample"]["seed"] = 1
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    changed = {line.strip().rstrip(":") for line in run(dvc + ["status"], path, env).splitlines()
+               if line and not line.startswith((" ", "\t"))}
+    assert changed == {"sample@sim_gaussian", "sample@sim_neardup"}, changed
+    # and the code a stage runs is one of its dependencies
+    params_file.write_text(original)
+    code = path / "src" / "rscale" / "api" / "querying.py"
+    code.write_text(code.read_text() + "\n# touched\n")
+    changed = {line.strip().rstrip(":") for line in run(dvc + ["status"], path, env).splitlines()
+               if line and not line.startswith((" ", "\t"))}
+    assert changed == {"report"}, changed
+    code.write_text(code.read_text().replace("\n# touched\n", ""))
     # an estimator ablation through dvc experiments
     run(["git", "add", "-A"], path, env)
     run(["git", "commit", "-qm", "lock"], path, env)
@@ -85,7 +110,7 @@ def test_registry_travels_through_a_dvc_remote(project, tmp_path_factory):
         ss = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=40), seed=0), 300_000, k=300, seed=0)
         write_sample_stats(ss, path / f"{preset}.ss.parquet")
         write_hardness(estimate(ss, "evt"), ss, path / f"{preset}.h.parquet")
-        api.register(path / f"{preset}.h.parquet", path / f"{preset}.ss.parquet", path / "registry")
+        api.register(path / f"{preset}.h.parquet", path / f"{preset}.ss.parquet", registry=path / "registry")
     question = ["query", "mAP@1000 at N=1e8 for *", "-r", "registry", "--format", "json"]
     before = json.loads(run(rscale + question, path, env))
     remote = tmp_path_factory.mktemp("remote")

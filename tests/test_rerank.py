@@ -266,7 +266,7 @@ def test_cache_is_reused_and_resumable(scene, models, monkeypatch):
 
 def test_lineage_is_logged(scene, models, monkeypatch):
     mlflow = pytest.importorskip("mlflow")
-    from rscale.producers.lineage import read_run_id
+    from rscale.store.run_sidecar import read_run_id
     inject_true_boxes(monkeypatch, scene)
     run(scene, models, lineage=True)
     out = scene["root"] / "out"

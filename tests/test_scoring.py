@@ -4,10 +4,10 @@ import pytest
 from rscale.core import law, metrics
 from rscale.errors import FormatError, InvalidArgumentError
 from rscale.score.bruteforce import sample_stats_dense
-from rscale.score.descriptor_store import DescriptorSet, write_descriptor_set
 from rscale.score.engine import Queries, empty_partial, score_chunk, score_shards, score_stream, to_sample_stats
 from rscale.score.sampling import hash_uniform, in_sample
 from rscale.sim.descriptors import make_descriptors
+from rscale.store.descriptor_set import DescriptorSet, write_descriptor_set
 
 
 @pytest.fixture(scope="module")

@@ -204,14 +204,14 @@ def test_compare_identical_runs_and_refusals():
 def test_compare_two_exact_evaluations_from_rscale_score(tmp_path):
     """Two `rscale score --fraction 1` runs (simulated descriptor sets, two noise levels)."""
     from rscale.api.scoring import make_descriptor_sets, score
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.store.descriptor_set import DescriptorSet
     paths = {}
     for name, noise in (("a", (0.5, 0.5)), ("b", (0.9, 0.9))):
         root = tmp_path / name
         make_descriptor_sets(root, instances=40, dim=16, positives=3, distractors=3000, seed=0, noise=noise,
                              backbone=f"sim_{name}")
-        score(root / "queries", root / "positives", root / "qrels.parquet", root / "distractors",
-              root / "ss.parquet", fraction=1.0, k=50, backend="numpy", lineage=False)
+        score(root / "queries", root / "positives", qrels=root / "qrels.parquet", distractors_dir=root / "distractors",
+              out=root / "ss.parquet", fraction=1.0, k=50, backend="numpy", lineage=False)
         paths[name] = root
     res = cmp.compare(paths["a"] / "ss.parquet", paths["b"] / "ss.parquet", measures=["R@1", "mAP@1000"])
     # brute force: dense scores over positives + distractors, ranks by rscale.core.metrics
@@ -239,8 +239,8 @@ def test_compare_two_exact_evaluations_from_rscale_score(tmp_path):
     assert rows["mAP@1000"].effect < 0                      # more noise, worse retrieval
     # a sampled evaluation is refused
     root = paths["a"]
-    score(root / "queries", root / "positives", root / "qrels.parquet", root / "distractors",
-          root / "half.parquet", fraction=0.5, k=50, backend="numpy", lineage=False)
+    score(root / "queries", root / "positives", qrels=root / "qrels.parquet", distractors_dir=root / "distractors",
+          out=root / "half.parquet", fraction=0.5, k=50, backend="numpy", lineage=False)
     with pytest.raises(InvalidArgumentError, match=r"not an exact evaluation \(sampler 'hash\(seed=0\) < 0.5'\)"):
         cmp.compare(root / "half.parquet", paths["b"] / "ss.parquet")
 

@@ -164,6 +164,7 @@ def test_anderson_darling_against_the_textbook_formula():
     assert anderson_darling(y[1:2], np.array([0.0]), np.array([0.5]))[0] > 20
 
 
+@pytest.mark.slow
 def test_gof_critical_value_rederived_by_simulation():
     # GOF_CRIT is the 1% point of A^2 for GPD data fitted by fit_gpd, maximised over shapes and
     # excess counts: re-derive it and check the test's size at every shape stays near 1%

@@ -3,12 +3,15 @@
 Functions take plain values (paths, names, numbers) and return plain values or dataclasses; the
 CLI only parses arguments and prints. Grouped by concern:
 
-- :mod:`rscale.api.demo`: simulated benchmarks, truth next to predictions
+- :mod:`rscale.api.demos`: simulated benchmarks, truth next to predictions (not ``demo``: a
+  submodule of that name would shadow the ``demo`` function once imported)
 - :mod:`rscale.api.estimation`: estimate hardness, predict, budget and distractor diagnostics
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
-- :mod:`rscale.api.config`: params.yaml sections and the code version
+- :mod:`rscale.api.config`: params.yaml sections (the one config reader)
+
+The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import importlib
 # name -> submodule; resolved on first use so `api.query` does not import the simulator,
 # the scoring producers or the demo (the cold `rscale query` path, benchmarks/query_speed.py)
 _HOME = {
-    "config": ("code_version", "estimator_from_config", "load_config"),
-    "demo": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
+    "config": ("estimator_from_config", "load_config"),
+    "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "querying": ("curve", "plot_curve", "query"),
-    "registry": ("diff", "export", "import_", "lineage", "list_versions", "register", "report", "show", "tag",
-                 "verify"),
+    "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
+                 "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
 }
 _WHERE = {name: module for module, names in _HOME.items() for name in names}
@@ -34,9 +37,12 @@ def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'rscale.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rscale.api.{module}"), name)
-    globals()[name] = value
-    return value
+    home = importlib.import_module(f"rscale.api.{module}")
+    # bind every name of that submodule now: importing rscale.api.demo set the package attribute
+    # ``demo`` to the submodule, which would otherwise shadow the function api.demo
+    for other in _HOME[module]:
+        globals()[other] = getattr(home, other)
+    return globals()[name]
 
 
 def __dir__():

@@ -190,7 +190,7 @@ class Comparison:
                 "ci": self.ci_method, "measures": [r.to_dict() for r in self.rows]}
 
 
-def compare(run_a, run_b, measures=DEFAULT_MEASURES, confidence: float = 0.95, ci: str = "t",
+def compare(run_a, run_b, *, measures=DEFAULT_MEASURES, confidence: float = 0.95, ci: str = "t",
             mcnemar_variant: str = "exact", seed: int = 0, labels: tuple[str, str] | None = None) -> Comparison:
     """Effect (B - A), CI and p-value per measure for two runs of the same queries.
 

@@ -1,35 +1,27 @@
-"""Configuration files and the code version recorded in lineage."""
+"""The one reader of params.yaml-style configuration files."""
 
 from __future__ import annotations
 
 
-def code_version() -> str:
-    """rscale's version plus the git commit of the working directory when there is one."""
-    import subprocess
+def load_config(path, section: str | None = None) -> dict:
+    """A params.yaml-style file as a dict, or one mapping section of it (e.g. ``estimate``).
 
-    from rscale import __version__
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                                timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    return f"rscale {__version__}" + (f" git {commit}{'+dirty' if dirty else ''}" if commit else "")
-
-
-def load_config(path, section: str) -> dict:
-    """One section of a params.yaml-style file (e.g. ``estimate``), as a dict."""
+    The one reader of configuration files (the CLI's ``--config``, the pipeline demo).
+    """
     import yaml
 
     from rscale.errors import FormatError
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         raise FormatError("file not found", path=str(path)) from None
     except yaml.YAMLError as exc:
         raise FormatError(f"not valid YAML ({exc})", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise FormatError("expected a mapping of sections (see params.yaml)", path=str(path))
+    if section is None:
+        return data
     if section not in data or not isinstance(data[section], dict):
         raise FormatError(f"no '{section}:' section", path=str(path),
                           hint=f"add a mapping under '{section}:' (see params.yaml)")

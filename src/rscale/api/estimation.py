@@ -22,7 +22,31 @@ def _parse_param(text: str):
     return key.strip(), raw
 
 
-def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
+def estimator_params(method: str, params=()) -> dict:
+    """Parsed and checked ``name=value`` estimator parameters (before any work is done)."""
+    from rscale.errors import InvalidArgumentError
+    kwargs = dict(_parse_param(p) for p in params)
+    if method == "evt":
+        from rscale.core.estimators.evt import DEFAULT
+        from rscale.core.estimators.methods import evt_config
+        for key, value in kwargs.items():
+            if not hasattr(DEFAULT, key):
+                continue                                   # evt_config names the unknown ones
+            default = getattr(DEFAULT, key)
+            kinds = {bool: ((bool,), "true or false"), int: ((int,), "whole number"),
+                     float: ((int, float), "number"), str: ((str,), "word")}
+            accepted, what = kinds[type(default)]
+            if not isinstance(value, accepted) or (isinstance(value, bool) and type(default) is not bool):
+                raise InvalidArgumentError(f"estimator parameter {key}={value} must be a {what} "
+                                           f"(e.g. -p {key}={str(default).lower() if type(default) is bool else default})")
+        evt_config(kwargs).check()
+    elif kwargs and method in ("evt-paper", "count"):
+        raise InvalidArgumentError(f"{method} takes no parameters (got {', '.join(sorted(kwargs))}); "
+                                   "vary the method 'evt' with -p name=value instead")
+    return kwargs
+
+
+def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given.
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
@@ -46,17 +70,22 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     from pathlib import Path
 
     from rscale.producers.lineage import digest_file, producer_run
+    kwargs = estimator_params(method, params)
+    if out is not None and Path(out).is_dir():
+        raise InvalidArgumentError(f"the output {out} is a folder; name the hardness file to write "
+                                   f"(e.g. {Path(out) / 'hardness.parquet'})")
     ss = read_sample_stats(sample_stats)
-    kwargs = dict(_parse_param(p) for p in params)
+    # estimate first, then open the run that records the write: a failing estimate leaves no run
+    t = time.perf_counter()
+    est = run(ss, method, **kwargs)
+    secs = time.perf_counter() - t
+    if not isinstance(est, HardnessEstimate):
+        raise InvalidArgumentError(f"'{method}' does not produce per-positive hardness")
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        t = time.perf_counter()
-        est = run(ss, method, **kwargs)
-        secs = time.perf_counter() - t
-        assert isinstance(est, HardnessEstimate)
         written = [str(p) for p in write_hardness(est, ss, out)] if out else []
         if written:
-            from rscale.producers.lineage import write_run_sidecar
+            from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
         for p in written:
             record.output(Path(p).name, digest_file(p))
@@ -76,7 +105,26 @@ def estimate(sample_stats, method: str = "evt", params=(), out=None) -> dict:
     return summary
 
 
-def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = None,
+def check_sample_of(ss, est, *, info, sample_name, hardness_name) -> None:
+    """Refuse sample stats that are not the sample a hardness table was estimated from: the same
+    queries, the same positives of each query, the same S per query and the same sampled counts."""
+    from rscale.errors import InvalidArgumentError
+
+    def same(a, b) -> bool:
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool((a == b).all())
+
+    pos_ids = np.asarray(info["positive_ids"].to_pylist(), dtype=str)
+    for what, ok in (("query ids", lambda: same(ss.query_ids.astype(str), info["query_ids"])),
+                     ("positives", lambda: same(ss.pos_offsets, est.offsets) and same(ss.pos_ids.astype(str), pos_ids)),
+                     ("sample sizes S", lambda: same(ss.n_sampled, est.n_sampled)),
+                     ("sampled counts", lambda: same(ss.pos_counts, info["counts"]))):
+        if not ok():
+            raise InvalidArgumentError(f"the sample stats {sample_name} are not the sample of {hardness_name} (their "
+                                       f"{what} differ); pass the file the hardness was estimated from")
+
+
+def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
             sample_stats=None) -> list[dict]:
     """Predicted metric values with query-bootstrap CIs from a hardness file.
@@ -98,21 +146,21 @@ def predict(hardness, measures=("mAP@1000",), sizes=(1e8,), mode: str | None = N
     ss = None
     if sample_stats is not None:
         ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-        if ss.query_ids.shape != info["query_ids"].shape or not (ss.query_ids == info["query_ids"]).all():
-            raise InvalidArgumentError(f"the sample stats {sample_stats} are not the sample of {hardness} (their query "
-                                       "ids differ); pass the file the hardness was estimated from")
-    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed)
+        check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
+    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
     rows = []
     for m in measures:
         measure = m if isinstance(m, Measure) else Measure.parse(m)
-        terms = distractor_sd(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
-        check = tail_check(ss, est.method, est.params, str(measure), tuple(sizes)) if ss is not None else None
+        terms = check = None
+        if ss is not None:
+            terms = distractor_sd(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
+            check = tail_check(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
         for j, n in enumerate(sizes):
             pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
                                    in_pool_counts=info["counts"] if in_pool else None)
-            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level)
-            if terms is not None:
+            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
+            if terms is not None and bootstrap:
                 lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
                                            alternatives=() if check is None else
                                            [check[key][j] for key in TAIL_ALTERNATIVES if key in check])
@@ -131,7 +179,7 @@ HEAVY_XI_MAX = 0.5
 BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
 
 
-def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000",
+def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
                  sizes=BUDGET_SIZES, seed: int = 0) -> dict:
     """The sufficient-budget diagnostic of a sample, for the gallery sizes in ``sizes``.
 
@@ -174,7 +222,7 @@ def budget_check(sample_stats, method: str, params: dict, measure: str = "mAP@10
     return out
 
 
-def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+def distractor_sd(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
                   splits: int = 3) -> dict:
     """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap)
     and its convergence step.
@@ -209,7 +257,7 @@ def distractor_sd(sample_stats, method: str, params: dict, measure: str = "mAP@1
             "step": [round(float(v), 5) for v in step], "splits": splits}
 
 
-def tail_check(sample_stats, method: str, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
+def tail_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
                level: float = 0.01) -> dict | None:
     """The tail-model alternatives of an evt estimate (None for other methods): predictions under
     other tail models its data do not rule out, the ends the reported interval stretches to.

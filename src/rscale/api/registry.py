@@ -6,56 +6,117 @@ import json
 
 import numpy as np
 
-from rscale.api.config import code_version
 from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tail_check
 from rscale.api.querying import query
 
 
-def register(hardness, sample_stats=None, registry=None, backbone=None, benchmark=None, source=None,
+def registration_summary(hardness, sample_stats=None) -> dict:
+    """The summary a version is registered with, computed from its hardness table and (when
+    given) the sample stats it was estimated from: sizes, rule shares, budget check, distractor
+    and tail-model terms, sensitivity band. Import recomputes it from a bundle's verified blobs."""
+    from rscale.core.estimators.evt import rule_shares
+    from rscale.errors import RscaleError
+    from rscale.store.hardness_file import read_hardness
+
+    est, _info = read_hardness(hardness)
+    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
+               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
+               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
+               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    if sample_stats is None:
+        return summary
+    from rscale.store.sample_stats_file import read_sample_stats
+    ss = read_sample_stats(sample_stats)
+    try:
+        summary["budget"] = budget_check(ss, est.method, params=est.params)
+    except RscaleError as exc:  # a sample too small to halve three times: say so, still register
+        summary["budget"] = {"error": str(exc)}
+    if est.method == "evt":
+        from dataclasses import fields as dc_fields
+
+        from rscale.core.estimators.evt import EVTConfig
+        from rscale.core.estimators.sensitivity import sensitivity_range
+        known = {f.name for f in dc_fields(EVTConfig)}
+        base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
+        lo, hi = sensitivity_range(ss, "AP", BUDGET_SIZES, 1000, base)
+        summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
+                                  "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
+    try:
+        summary["distractor_sd"] = distractor_sd(ss, est.method, params=est.params)
+    except RscaleError as exc:
+        summary["distractor_sd"] = {"error": str(exc)}
+    check = tail_check(ss, est.method, params=est.params)
+    if check is not None:
+        summary["tail_check"] = check
+    return summary
+
+
+GLOB_CHARS = "*?[]"
+
+
+def check_name(kind: str, name: str, *, flag: str = "") -> str:
+    """``name`` if a query can name it, else InvalidArgumentError saying what is allowed.
+
+    The test is the query grammar itself (:func:`rscale.query.grammar.parse`): every name must
+    come back from ``... for NAME`` as a plain backbone name, with no glob character (it would
+    match other names), so one rule holds for all; a benchmark must also come back from
+    ``... on NAME``, a tag from ``... for x@NAME``.
+    """
+    from rscale.errors import InvalidArgumentError, QuerySyntaxError
+    from rscale.query.grammar import KEYWORDS, MODES, BackboneRef, parse
+
+    def nameable(text: str) -> bool:
+        if not text or text != text.strip() or any(c in text for c in GLOB_CHARS):
+            return False
+        try:
+            # one rule for every name: what the grammar reads as a plain backbone name
+            if parse(f"R@1 for {text}").backbones != (BackboneRef(text),):
+                return False
+            if kind == "backbone":
+                return True
+            if kind == "benchmark":
+                return parse(f"R@1 on {text}").benchmark == text
+            return parse(f"R@1 for x@{text}").backbones == (BackboneRef("x", text),)
+        except QuerySyntaxError:
+            return False
+
+    if nameable(name):
+        return name
+    import re
+    fix = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))).strip("_")
+    hint = f" (e.g. {fix!r}{' with ' + flag if flag else ''})" if fix and nameable(fix) else ""
+    raise InvalidArgumentError(
+        f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
+        f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
+        f"({', '.join(KEYWORDS + MODES)})")
+
+
+def register(hardness, sample_stats=None, *, registry=None, backbone=None, benchmark=None, source=None,
              mlflow_run_id=None) -> dict:
     """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
-    from rscale.core.estimators.evt import rule_shares
     from rscale.store.hardness_file import read_hardness, tail_path
     from rscale.store.registry import Registry
 
     est, info = read_hardness(hardness)
     meta = info["meta"]
-    from rscale.producers.lineage import read_run_id
+    backbone = check_name("backbone", backbone or meta.get("backbone") or "unnamed", flag="--backbone")
+    benchmark = check_name("benchmark", benchmark or meta.get("benchmark") or "unknown", flag="--benchmark")
+    from rscale.producers.lineage import code_version
+    from rscale.store.run_sidecar import read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
-    summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
-               "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
-               "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
-               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+    if sample_stats is not None:
+        from rscale.api.estimation import check_sample_of
+        from rscale.store.sample_stats_file import read_sample_stats
+        check_sample_of(read_sample_stats(sample_stats), est, info=info, sample_name=sample_stats,
+                        hardness_name=hardness)
+    summary = registration_summary(hardness, sample_stats)
     if sample_stats is not None:
         summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
-        from rscale.errors import RscaleError
-        try:
-            summary["budget"] = budget_check(sample_stats, est.method, est.params)
-        except RscaleError as exc:  # a sample too small to halve three times: say so, still register
-            summary["budget"] = {"error": str(exc)}
-        if est.method == "evt":
-            from dataclasses import fields as dc_fields
-
-            from rscale.core.estimators.evt import EVTConfig
-            from rscale.core.estimators.sensitivity import sensitivity_range
-            from rscale.store.sample_stats_file import read_sample_stats
-            known = {f.name for f in dc_fields(EVTConfig)}
-            base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
-            lo, hi = sensitivity_range(read_sample_stats(sample_stats), "AP", BUDGET_SIZES, 1000, base)
-            summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
-                                      "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
-        try:
-            summary["distractor_sd"] = distractor_sd(sample_stats, est.method, est.params)
-        except RscaleError as exc:
-            summary["distractor_sd"] = {"error": str(exc)}
-        check = tail_check(sample_stats, est.method, est.params)
-        if check is not None:
-            summary["tail_check"] = check
     reg = Registry.locate(registry)
     version, created = reg.register(
-        backbone=backbone or meta.get("backbone") or "unnamed",
-        benchmark=benchmark or meta.get("benchmark") or "unknown",
+        backbone=backbone,
+        benchmark=benchmark,
         source=source or meta.get("distractor_source") or "unknown",
         estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
         sample_file=sample_stats, params=est.params, code_version=code_version(),
@@ -71,14 +132,15 @@ def list_versions(registry=None) -> list:
     return Registry.locate(registry).versions()
 
 
-def show(name: str, registry=None, benchmark=None, estimator=None):
+def show(name: str, registry=None, *, benchmark=None, estimator=None):
     from rscale.store.registry import Registry
     base, _, ver = name.partition("@")
     return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
 
 
-def tag(name: str, tag_name: str, registry=None, benchmark=None, estimator=None):
+def tag(name: str, tag_name: str, *, registry=None, benchmark=None, estimator=None):
     from rscale.store.registry import Registry
+    check_name("tag", tag_name)
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
@@ -91,22 +153,36 @@ def verify(registry=None) -> dict:
     return Registry.locate(registry).verify()
 
 
-def export(name: str, out, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
+def export(name: str, out, *, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
     from rscale.store.bundle import export_bundle
     from rscale.store.registry import Registry
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
+    for kind in ("hardness", "tail", "sample"):     # refuse before the bundle is started
+        if getattr(v, kind):
+            reg.existing_blob(getattr(v, kind), f"{v.ref} ({kind})")
     return export_bundle(reg, v, out, license=license), v
 
 
 def import_(bundle, registry=None):
+    """Check a bundle by content (store/bundle.py) and register its version, with the summary
+    recomputed from its verified blobs."""
+    from rscale.producers.lineage import code_version
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
-    return import_bundle(Registry.locate(registry), bundle)
+    return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
+                         code_version=code_version())
 
 
-def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
+def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
+    """Free what killed writers left (orphan blobs, temp files, import folders) older than
+    ``grace_s``; a dry run unless ``dry_run=False``. Never a referenced blob."""
+    from rscale.store.registry import Registry
+    return Registry.locate(registry).gc(grace_s=grace_s, dry_run=dry_run)
+
+
+def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
     """A markdown summary of a registry: latest version of every series x measures x sizes."""
     from rscale.query.grammar import format_size
     from rscale.store.registry import Registry
@@ -132,7 +208,7 @@ def report(registry=None, measures=("mAP@1000",), sizes=(1e6, 1e7, 1e8, 1e9)) ->
     return "\n".join(lines) + "\n"
 
 
-def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
+def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict:
     """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
     import pyarrow.parquet as pq
 
@@ -162,7 +238,7 @@ def lineage(name: str, registry=None, benchmark=None, estimator=None) -> dict:
     return out
 
 
-def diff(a: str, b: str, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
+def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
          benchmark=None, estimator=None) -> dict:
     """Per-query metric and per-positive hardness differences between two versions (b - a)."""
     from rscale.core.prediction import predict_per_query

@@ -7,7 +7,7 @@ import numpy as np
 
 def read_qrels(path) -> dict:
     """query_id -> list of positive ids, from a Parquet (or CSV) file with those two columns."""
-    from rscale.errors import FormatError
+    from rscale.errors import FormatError, InvalidArgumentError
     path = str(path)
     try:
         if path.endswith(".csv"):
@@ -27,7 +27,7 @@ def read_qrels(path) -> dict:
     return out
 
 
-def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
+def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
@@ -36,15 +36,29 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     the nested uniform sample {id : hash(seed, id) < fraction}. Shards are scored separately and
     merged, with the shard-to-shard drift check.
     """
+    import math
     import time
 
-    from rscale.errors import FormatError
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.errors import FormatError, InvalidArgumentError
+    from rscale.store.descriptor_set import NORM_TOLERANCE, DescriptorSet, check_vectors
     from rscale.score.engine import Queries, choose_backend, score_shards
     from rscale.score.sampling import in_sample
     from rscale.store.sample_stats_file import write_sample_stats
 
+    # every argument is checked before any work, and the run is recorded only once the scores are in
+    if not (isinstance(fraction, (int, float)) and math.isfinite(fraction) and 0 < fraction <= 1):
+        raise InvalidArgumentError(f"fraction must lie in (0, 1] (the share of the pool to score; 1 = all of it), "
+                                   f"got {fraction}")
+    for name, value in (("k", k), ("chunk", chunk)):
+        if value < 1:
+            raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value}")
     qs, ps, ds = DescriptorSet.open(queries_dir), DescriptorSet.open(positives_dir), DescriptorSet.open(distractors_dir)
+    for d in (qs, ps, ds):
+        stale = d.verify()
+        if stale:
+            raise FormatError(f"{stale[0]} does not match its digest in the manifest ({len(stale)} stale file(s))",
+                              path=str(d.root / stale[0]),
+                              hint="the set changed after it was written; re-extract it (finished shards are kept)")
     if not (qs.dim == ps.dim == ds.dim):
         raise FormatError(f"descriptor dimensions differ: queries {qs.dim}, positives {ps.dim}, distractors {ds.dim}",
                           path=str(distractors_dir), hint="score sets extracted with the same backbone and pooling")
@@ -54,6 +68,12 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     p_ids = ps.ids().astype(str)
     p_vec = np.concatenate([np.asarray(v, dtype=np.float32) for _, v in ps.shards()])
     where = {p: i for i, p in enumerate(p_ids)}
+    known_queries = set(q_ids.tolist())
+    strangers = sorted(q for q in rel if q not in known_queries)
+    if strangers:
+        raise FormatError(f"{len(strangers)} query id(s) in the qrels are not in the query set, e.g. {strangers[0]!r}",
+                          path=str(qrels), hint=f"drop those rows or score with the query set they belong to "
+                                                f"({queries_dir})")
     missing = sorted({p for q in q_ids for p in rel.get(q, []) if p not in where})
     if missing:
         raise FormatError(f"{len(missing)} positive id(s) in the qrels are not in the positive set, e.g. "
@@ -64,11 +84,23 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
     keep = None if fraction >= 1.0 else (lambda ids: in_sample(ids, fraction, seed))
     shards = list(ds.shards())   # (ids, memory-mapped vectors) per shard: nothing is loaded yet
 
-    def shard_chunks(ids, vectors):
+    def shard_chunks(ids, vectors, path):
         mask = None if keep is None else keep(ids)
         for a in range(0, len(ids), chunk):
             block = np.asarray(vectors[a:a + chunk], dtype=np.float32)
-            yield block if mask is None else block[mask[a:a + chunk]]
+            rows = None if mask is None else np.flatnonzero(mask[a:a + chunk])
+            block = block if rows is None else block[rows]
+            # the scored rows must be finite unit vectors: one pass for the squared norms (NaN and
+            # inf fail the comparison too); check_vectors names the problem and row when one is off
+            norms = np.sqrt(np.einsum("ij,ij->i", block, block))
+            if not np.all(np.abs(norms - 1.0) <= NORM_TOLERANCE):
+                try:
+                    check_vectors(block, None, str(path))
+                except FormatError as exc:
+                    i = exc.row or 0
+                    raise FormatError(exc.problem, path=str(path), row=a + int(i if rows is None else rows[i]),
+                                      hint=exc.hint) from None
+            yield block
 
     from pathlib import Path
 
@@ -78,19 +110,20 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
               "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
               "qrels": digest_file(qrels)}
     params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
+    t = time.perf_counter()
+    ss, report = score_shards(
+        queries, (shard_chunks(i, v, ds.root / s["vectors"]) for (i, v), s in zip(shards, ds.manifest["shards"])),
+        k=k, backend=backend,
+        meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
+              "distractor_source": ds.manifest.get("source", str(distractors_dir)),
+              "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
+              **{f"input_{name}": d for name, d in inputs.items()},
+              "weights_sha256": ds.manifest.get("weights_sha256", "")})
+    secs = time.perf_counter() - t
     with producer_run("score", params, inputs, enabled=lineage) as run:
-        t = time.perf_counter()
-        ss, report = score_shards(
-            queries, (shard_chunks(i, v) for i, v in shards), k=k, backend=backend,
-            meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
-                  "distractor_source": ds.manifest.get("source", str(distractors_dir)),
-                  "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
-                  **{f"input_{name}": d for name, d in inputs.items()},
-                  "weights_sha256": ds.manifest.get("weights_sha256", "")})
-        secs = time.perf_counter() - t
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
-        from rscale.producers.lineage import write_run_sidecar
+        from rscale.store.run_sidecar import write_run_sidecar
         write_run_sidecar(out, "score", run.run_id)
         run.metric("seconds_scoring", secs)
         run.metric("sampled", float(ss.n_sampled.max()))
@@ -100,7 +133,7 @@ def score(queries_dir, positives_dir, qrels, distractors_dir, out, fraction: flo
             "drifting": None if report is None else report.drifting}
 
 
-def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=200_000, hard_share=0.01,
+def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors=200_000, hard_share=0.01,
                          seed=0, backbone="sim_desc", shard_size=65_536, noise=(0.6, 0.6)) -> str:
     """Write simulated query/positive/distractor descriptor sets and their qrels under ``out``."""
     from pathlib import Path
@@ -108,19 +141,38 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
     from rscale.sim.descriptors import make_descriptors
 
+    from rscale.errors import InvalidArgumentError
+    for name, value in (("instances", instances), ("positives", positives), ("distractors", distractors),
+                        ("dim", dim - 1), ("shard_size", shard_size)):
+        if value < 1:
+            raise InvalidArgumentError(f"{name} must be a whole number >= {2 if name == 'dim' else 1}, "
+                                       f"got {value + 1 if name == 'dim' else value}")
+    if not 0 <= hard_share <= 1:
+        raise InvalidArgumentError(f"hard_share must lie in [0, 1] (the share of near-duplicate distractors), "
+                                   f"got {hard_share}")
+    low, high = noise
+    if not (0 <= low <= high):
+        raise InvalidArgumentError(f"noise bounds must satisfy 0 <= low <= high, got low {low}, high {high}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgumentError(f"the output {out} is a file; name a folder to write the sets into")
     ds = make_descriptors(n_instances=instances, d=dim, positives_per_instance=positives,
                           n_distractors=distractors, hard_share=hard_share, seed=seed,
                           noise=noise[0] if noise[0] == noise[1] else noise)
     meta = {"backbone": backbone, "pooling": "simulated", "resolution": 0, "source": f"sim:descriptors:{seed}"}
-    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta)
-    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta)
+    recipe = {**meta, "generator": "rscale.sim.descriptors", "instances": instances, "dim": dim,
+              "positives": positives, "distractors": distractors, "hard_share": hard_share, "seed": seed,
+              "noise": list(noise)}
+    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta, recipe=recipe)
+    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta,
+                         recipe=recipe)
     blocks = ((np.arange(a, min(a + shard_size, distractors)), ds.distractors[a:a + shard_size])
               for a in range(0, distractors, shard_size))
-    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size)
+    write_descriptor_set(out / "distractors", blocks, role="distractors", meta=meta, shard_size=shard_size,
+                         recipe=recipe)
     qrels = [(ds.query_ids[q], ds.positive_ids[p]) for q in range(len(ds.query_ids)) for p in ds.positives_of(q)]
     pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
                    out / "qrels.parquet")
@@ -128,12 +180,16 @@ def make_descriptor_sets(out, instances=200, dim=64, positives=4, distractors=20
            f"distractors ({distractors:,}), qrels.parquet"
 
 
-def extract(images, model_dir, out, role="distractors", layout="folder", crop=False, pooling="cls",
-            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True) -> dict:
+def extract(images, model_dir, *, out, role="distractors", layout="folder", crop=False, pooling="cls",
+            resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True,
+            preprocessing="auto") -> dict:
     """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
 
     ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
-    ``intervention`` (gp, msa) applies to the queries only.
+    ``intervention`` (gp, msa) applies to the queries only. ``preprocessing``: the checkpoint's
+    image processor (``processor``), a plain ``resize`` (fixed-resolution protocols), or ``auto``
+    (the processor when the checkpoint has one and no resolution is given; resize under MSA,
+    whose patch mask needs the whole image). The choice is recorded in each set's manifest.
     """
     from pathlib import Path
 
@@ -146,8 +202,10 @@ def extract(images, model_dir, out, role="distractors", layout="folder", crop=Fa
         raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
     make = interventions[intervention]
     out = Path(out)
+    if preprocessing == "auto" and intervention == "msa":
+        preprocessing = "resize"
     kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
-              progress=progress)
+              progress=progress, preprocessing=preprocessing)
     if layout == "ilias":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -1,4 +1,6 @@
-"""The ``rscale`` command line: thin typer commands over :mod:`rscale.api`.
+"""The ``rscale`` command line: thin typer commands over :mod:`rscale.api`, one module per
+command group (data, registry, querying, producers; assembled in :mod:`rscale.cli.app`) and one
+for printing (:mod:`rscale.cli.output`).
 
 Every command parses its arguments, calls one API function and prints. An RscaleError becomes
 its message on stderr and a non-zero exit code; users never see a traceback for their own mistakes.
@@ -15,6 +17,7 @@ import sys
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from rscale.cli.app import app  # noqa: E402
+from rscale.cli.output import error  # noqa: E402
 from rscale.errors import RscaleError
 
 
@@ -24,15 +27,17 @@ def main(argv=None) -> int:
         if isinstance(rc, int):  # typer.Exit(code) is returned, not raised, in this mode
             return rc
     except RscaleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        error(str(exc))
         return exc.exit_code
     except SystemExit as exc:  # typer's own exits (--help, usage errors)
         return int(exc.code or 0)
     except Exception as exc:
-        # click's usage errors (bad option, missing argument) arrive here in non-standalone mode;
-        # typer vendors click, so recognise them by shape rather than by import.
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+        # click's usage errors (bad option, bad choice, missing argument) arrive here in
+        # non-standalone mode: one line naming the problem and where the help is.
+        if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            error(f"{exc.format_message()}{where}")
             return exc.exit_code
         if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)

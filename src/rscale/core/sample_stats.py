@@ -56,7 +56,7 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     q = ss.n_queries
 
     def fail(column, row, problem, hint=None):
-        qid = f" (query_id {ss.query_ids[row]!r})" if row is not None and row < q else ""
+        qid = f" (query_id {str(ss.query_ids[row])!r})" if row is not None and row < q else ""
         raise FormatError(problem + qid, path=path, column=column, row=row, hint=hint)
 
     if q == 0:
@@ -69,7 +69,7 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     if np.any(counts > 1):
         dup = ids[first_idx[counts > 1][0]]
         rows = np.flatnonzero(ids == dup)
-        fail("query_id", int(rows[1]), f"duplicate query_id {dup!r}, first at row {int(rows[0])}")
+        fail("query_id", int(rows[1]), f"duplicate query_id {str(dup)!r}, first at row {int(rows[0])}")
 
     if ss.top_scores.ndim != 2:
         raise FormatError("top_scores must be one list per query", path=path, column="top_scores")
@@ -106,7 +106,7 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     same = (pq[order][1:] == pq[order][:-1]) & (pids[order][1:] == pids[order][:-1])
     if same.any():
         i = order[int(np.flatnonzero(same)[0]) + 1]
-        fail("positive_ids", int(pq[i]), f"duplicate positive id {pids[i]!r} within the query")
+        fail("positive_ids", int(pq[i]), f"duplicate positive id {str(pids[i])!r} within the query")
 
     c = ss.pos_counts
     neg = np.flatnonzero((c < 0) | (c > s[pq]))
@@ -121,7 +121,7 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     if inconsistent.size:
         i = int(inconsistent[0])
         fail("positive_counts", int(pq[i]),
-             f"count {int(c[i])} for positive {pids[i]!r} disagrees with top_scores "
+             f"count {int(c[i])} for positive {str(pids[i])!r} disagrees with top_scores "
              f"({int(t[i])} of the top {k} are >= its score {ss.pos_scores[i]:.6g})",
              "the count must be the number of sampled distractors scoring at or above the positive")
     return ss

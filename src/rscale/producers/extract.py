@@ -12,12 +12,22 @@ dinov2          Dinov2Model                 (register tokens are skipped by ``me
 dinov3_vit      AutoModel                   same
 clip            CLIPVisionModel             pooled = post-layernorm CLS
 siglip          SiglipVisionModel           pooled = attention-pooling head
+mobilenet_v2    MobileNetV2Model            pooled = global average pool (``mean`` too; no CLS)
 ==============  ==========================  ====================================
 
-Images are resized to ``resolution`` x ``resolution`` (bicubic, PIL; no torchvision), scaled to
-[0, 1] and normalised with the checkpoint's ``preprocessor_config.json`` mean/std when present,
-else ImageNet's. float32 on CPU, bfloat16 on CUDA (``dtype`` overrides). Output descriptors are
-L2-normalised in float32 and written as a descriptor set (rscale.score.descriptor_store), one
+Preprocessing (``preprocessing``, recorded in the descriptor set's manifest and recipe):
+
+- ``processor``: the checkpoint's own ``AutoImageProcessor`` (its ``preprocessor_config.json``:
+  resize, centre crop, rescale, normalise), so descriptors match the model's reference ones;
+- ``resize``: a plain bicubic resize to ``resolution`` x ``resolution`` (PIL; no torchvision),
+  scaled to [0, 1] and normalised with the checkpoint's mean/std when it has them, else
+  ImageNet's: fixed-resolution protocols (the O2I paper's), and MSA, whose patch mask assumes
+  the whole image is seen;
+- ``auto`` (default): ``processor`` when the checkpoint has a ``preprocessor_config.json`` and no
+  ``resolution`` is asked for, else ``resize``.
+
+float32 on CPU, bfloat16 on CUDA (``dtype`` overrides). Output descriptors are
+L2-normalised in float32 and written as a descriptor set (rscale.store.descriptor_set), one
 shard at a time: re-running after an interruption skips finished shards.
 
 Query-side interventions (O2I paper, section 5; the gallery is never touched), see
@@ -38,10 +48,12 @@ from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 POOLINGS = ("cls", "mean", "pooled")
+PREPROCESSINGS = ("auto", "processor", "resize")
 _CLASSES = {"vit": "ViTModel", "dinov2": "Dinov2Model", "clip": "CLIPVisionModel",
             "clip_vision_model": "CLIPVisionModel", "siglip": "SiglipVisionModel",
             "siglip_vision_model": "SiglipVisionModel", "dinov3_vit": "AutoModel",
             "mobilenet_v2": "MobileNetV2Model"}
+_CONV = {"mobilenet_v2"}          # feature maps (B, C, H, W), no tokens
 
 
 def _torch():
@@ -62,15 +74,21 @@ class Backbone:
     std: tuple
     device: str
     dtype: object
-    patch_size: int
+    patch_size: int              # 0 for convolutional backbones
     prefix_tokens: int           # CLS + register tokens before the patches
+    preprocessing: str = "resize"  # "processor" or "resize" (see the module docstring)
+    processor: object = None     # the checkpoint's AutoImageProcessor when preprocessing == "processor"
+    conv: bool = False           # convolutional: last_hidden_state is a (B, C, H, W) feature map
 
     @property
     def grid(self) -> int:
+        if not self.patch_size:
+            raise InvalidArgumentError(f"{self.model_type} has no patch grid (a convolutional backbone)")
         return self.resolution // self.patch_size
 
 
-def load_backbone(path, resolution: int | None = None, device: str | None = None, dtype=None) -> Backbone:
+def load_backbone(path, resolution: int | None = None, device: str | None = None, dtype=None,
+                  preprocessing: str = "auto") -> Backbone:
     """Load a vision backbone from a local checkpoint directory (never from the network)."""
     torch = _torch()
     import transformers
@@ -81,6 +99,18 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
         raise FormatError("no config.json: not a transformers checkpoint directory", path=str(path),
                           hint="download the weights once elsewhere (huggingface-cli download ...) and pass "
                                "the local folder; rscale never downloads at run time")
+    if preprocessing not in PREPROCESSINGS:
+        raise InvalidArgumentError(f"preprocessing must be one of {', '.join(PREPROCESSINGS)}, got {preprocessing!r}")
+    pre = path / "preprocessor_config.json"
+    if preprocessing == "auto":
+        preprocessing = "processor" if pre.exists() and resolution is None else "resize"
+    elif preprocessing == "processor":
+        if not pre.exists():
+            raise FormatError("no preprocessor_config.json: the checkpoint has no image processor", path=str(path),
+                              hint="use preprocessing 'resize' (--preprocessing resize) with a --resolution")
+        if resolution is not None:
+            raise InvalidArgumentError("the checkpoint's image processor sets the input size: pass a resolution "
+                                       "only with preprocessing 'resize'")
     cfg = json.loads(cfg_file.read_text())
     model_type = cfg.get("model_type", "")
     if model_type not in _CLASSES:
@@ -95,23 +125,48 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
     model = cls.from_pretrained(path, local_files_only=True, torch_dtype=dtype).to(device).eval()
     vcfg = getattr(model.config, "vision_config", model.config)
     mean, std = IMAGENET_MEAN, IMAGENET_STD
-    pre = path / "preprocessor_config.json"
     if pre.exists():
         p = json.loads(pre.read_text())
         mean, std = tuple(p.get("image_mean", mean)), tuple(p.get("image_std", std))
     res = int(resolution or getattr(vcfg, "image_size", 224))
+    processor = None
+    if preprocessing == "processor":
+        try:
+            processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True)
+        except Exception as exc:      # an unknown or broken processor config: say so, offer the opt-out
+            raise FormatError(f"cannot load the checkpoint's image processor ({type(exc).__name__}: {exc})",
+                              path=str(pre), hint="fix preprocessor_config.json, or use preprocessing 'resize' "
+                                                  "(--preprocessing resize)") from None
+        res = _processor_resolution(processor, path)
     prefix = 1 + int(getattr(vcfg, "num_register_tokens", 0) or 0)
-    if model_type.startswith("siglip") or model_type == "mobilenet_v2":
-        prefix = 0                    # SigLIP has no CLS token: all tokens are patches; a CNN has none
-    patch = int(getattr(vcfg, "patch_size", None) or getattr(vcfg, "output_stride", 1))  # a CNN: its stride
-    return Backbone(model, model_type, res, mean, std, device, dtype, patch, prefix)
+    conv = model_type in _CONV
+    if model_type.startswith("siglip") or conv:
+        prefix = 0                    # SigLIP has no CLS token (all tokens are patches); conv nets have no tokens
+    return Backbone(model, model_type, res, mean, std, device, dtype, int(getattr(vcfg, "patch_size", 0) or 0),
+                    prefix, preprocessing, processor, conv)
+
+
+def _processor_resolution(processor, path) -> int:
+    """The square input size an image processor produces (probed on one blank image)."""
+    from PIL import Image
+
+    shapes = {tuple(processor(images=[Image.new("RGB", size, (128, 128, 128))], return_tensors="pt")
+                    ["pixel_values"].shape[-2:]) for size in ((64, 48), (48, 64))}
+    if len(shapes) != 1 or len({*next(iter(shapes))}) != 1:
+        raise FormatError(f"the image processor gives inputs of varying or non-square size {sorted(shapes)}",
+                          path=str(path), hint="use preprocessing 'resize' (--preprocessing resize) with a --resolution")
+    return int(next(iter(shapes))[0])
 
 
 def to_pixels(bb: Backbone, images) -> object:
-    """PIL images -> normalised (B, 3, R, R) tensor on the backbone's device."""
+    """PIL images -> normalised (B, 3, R, R) tensor on the backbone's device: through the
+    checkpoint's image processor, or the plain resize (``bb.preprocessing``)."""
     torch = _torch()
     from PIL import Image
 
+    if bb.processor is not None:
+        x = bb.processor(images=[im.convert("RGB") for im in images], return_tensors="pt")["pixel_values"]
+        return x.to(bb.device, bb.dtype)
     arrs = []
     for im in images:
         im = im.convert("RGB").resize((bb.resolution, bb.resolution), Image.BICUBIC)
@@ -138,8 +193,8 @@ def embed(bb: Backbone, pixels, pooling: str = "cls", attention_mask=None) -> np
         if bb.prefix_tokens == 0:
             raise InvalidArgumentError(f"{bb.model_type} has no CLS token; use pooling 'pooled' or 'mean'")
         v = out.last_hidden_state[:, 0]
-    elif out.last_hidden_state.ndim == 4:          # a CNN's (B, C, H, W) feature map
-        v = out.last_hidden_state.mean(dim=(2, 3))
+    elif bb.conv:
+        v = out.last_hidden_state.mean(dim=(2, 3))          # spatial mean of the last feature map
     else:
         v = out.last_hidden_state[:, bb.prefix_tokens:].mean(dim=1)
     v = v.float().cpu().numpy()
@@ -158,26 +213,31 @@ def open_image(path, box=None):
 
 def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
             batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
-            meta: dict | None = None, lineage: bool = True):
+            meta: dict | None = None, lineage: bool = True, preprocessing: str = "auto"):
     """Descriptors of ``items`` — (id, image path, optional box) triples — into a descriptor set.
 
     ``intervention``: None, or a callable (backbone, [PIL images]) -> descriptors, e.g.
-    ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run.
+    ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run with the
+    same recipe (weights, image list, parameters); a folder made by another one is refused.
+    ``preprocessing``: auto, processor or resize (module docstring); the choice made is recorded.
     """
-    from rscale.score.descriptor_store import write_descriptor_set
+    from rscale.store.descriptor_set import write_descriptor_set
 
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    bb = load_backbone(model_dir, resolution, device)
+    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = getattr(intervention, "name", "none") if intervention else "none"
-    from rscale.producers.lineage import digest_file, digest_lines, producer_run, weights_digest
+    from rscale.producers.lineage import digest_file, producer_run, weights_digest
+    from rscale.store.hashing import digest_lines
     inputs = {"weights": weights_digest(model_dir),
               "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}" for it in items)}
     record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
-              "resolution": bb.resolution, "intervention": name,
+              "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+              "image_processor": type(bb.processor).__name__ if bb.processor is not None else "none",
+              "intervention": name,
               "intervention_params": getattr(intervention, "params", {}) if intervention else {},
               "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
 
@@ -207,12 +267,16 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
                     bar.advance(task, len(batch))
                 yield ids, np.concatenate(vecs)
 
-    params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "intervention": name,
+    params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+              "intervention": name,
               "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
-    from rscale.producers.lineage import write_run_sidecar
+    from rscale.store.run_sidecar import write_run_sidecar
     with producer_run("extract", params, inputs, enabled=lineage) as run:
+        # what determines the vectors: resuming a folder made by another recipe is refused
+        recipe = {k: record[k] for k in ("model_type", "pooling", "resolution", "preprocessing", "intervention",
+                                         "intervention_params", "weights_sha256", "images_sha256")}
         ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
-                                  shard_size=shard_size)
+                                  shard_size=shard_size, recipe=recipe)
         run.output("manifest", digest_file(out_dir / "manifest.json"))
         write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
         run.metric("descriptors", ds.count)

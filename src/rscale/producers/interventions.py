@@ -93,6 +93,9 @@ class MaskedScales:
         if bb.prefix_tokens == 0 or pooling != "cls":
             raise InvalidArgumentError("MSA masks the CLS token's attention: it needs a ViT-family backbone "
                                        "with a CLS token and pooling 'cls'")
+        if bb.preprocessing != "resize":
+            raise InvalidArgumentError("MSA maps the gray canvas onto the patch grid, which assumes the whole image "
+                                       "is seen: use preprocessing 'resize' (a processor's centre crop cuts it)")
         acc = None
         for s in self.scales:
             padded = [gray_pad(im, s) for im in images]

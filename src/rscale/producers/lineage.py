@@ -18,27 +18,50 @@ id is None and the digests still travel in the artifacts' metadata.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rscale.store.hashing import digest_lines, sha256_file
+
 EXPERIMENT = "rscale"
 
 
+def code_version() -> str:
+    """The version of the rscale package that is running: ``rscale <version>``, plus
+    `` git <commit>[+dirty]`` when the package directory itself is a tracked part of a git checkout.
+
+    Taken from the imported package (its ``__version__`` and its own directory), never from the
+    working directory: run from another repository it must not record that repository's commit.
+    ``+dirty`` means uncommitted changes to tracked files of the package directory.
+    """
+    import subprocess
+
+    import rscale
+
+    pkg = Path(rscale.__file__).resolve().parent
+
+    def git(*args) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(pkg), *args], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    version = f"rscale {rscale.__version__}"
+    # a wheel installed into a virtualenv inside some other checkout is not tracked there
+    if git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
+        return version
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if not commit:
+        return version
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return f"{version} git {commit}{'+dirty' if dirty else ''}"
+
+
 def digest_file(path) -> str:
-    from rscale.store.registry import sha256_file
     return sha256_file(path)
-
-
-def digest_lines(lines) -> str:
-    """sha256 of a sorted list of text lines (an image list, a set of ids)."""
-    h = hashlib.sha256()
-    for line in sorted(lines):
-        h.update(line.encode())
-        h.update(b"\n")
-    return "sha256:" + h.hexdigest()
 
 
 def weights_digest(model_dir) -> str:
@@ -92,7 +115,6 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
     exp = mlflow.get_experiment_by_name(EXPERIMENT)
     exp_id = exp.experiment_id if exp else mlflow.create_experiment(
         EXPERIMENT, artifact_location=Path("mlartifacts").resolve().as_uri())
-    from rscale.api import code_version
     start = time.perf_counter()
     with mlflow.start_run(experiment_id=exp_id, run_name=stage) as run:
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
@@ -101,25 +123,3 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
         record = RunRecord(mlflow, run.info.run_id)
         yield record
         mlflow.log_metric("seconds", time.perf_counter() - start)
-
-
-def sidecar(path) -> Path:
-    return Path(str(path) + ".run.json")
-
-
-def write_run_sidecar(path, stage: str, run_id) -> None:
-    """Record which producer run made ``path`` (nothing when there was no MLflow run)."""
-    import json
-    if run_id:
-        sidecar(path).write_text(json.dumps({"stage": stage, "mlflow_run_id": run_id}, sort_keys=True) + "\n")
-
-
-def read_run_id(path) -> str | None:
-    import json
-    p = sidecar(path)
-    if not p.exists():
-        return None
-    try:
-        return json.loads(p.read_text()).get("mlflow_run_id")
-    except (OSError, ValueError):
-        return None

@@ -354,9 +354,10 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     import pyarrow as pa
 
     from rscale.producers import extract as ex
-    from rscale.producers.lineage import digest_file, producer_run, weights_digest, write_run_sidecar
+    from rscale.producers.lineage import digest_file, producer_run, weights_digest
+    from rscale.store.run_sidecar import write_run_sidecar
     from rscale.producers.rerank_cache import RegionCache
-    from rscale.score.descriptor_store import DescriptorSet
+    from rscale.store.descriptor_set import DescriptorSet
 
     core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
     qset = DescriptorSet.open(queries)
@@ -410,8 +411,8 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     new_ids = take(cand_ids)
 
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    from rscale.store.atomic import temp_path
+    tmp = temp_path(out_dir)
     tmp.mkdir(parents=True)
     qcol = np.repeat(qids, k)
     summary = {"queries": int(len(qids)), "k": int(k), "regions": regions.count, "images": len(used),
@@ -453,7 +454,7 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                     run.metric(name.replace("@", "_at_"), v)
             write_run_sidecar(tmp / "manifest.json", "rerank", run.run_id)
         if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            old = temp_path(out_dir.with_name(out_dir.name + "-replaced"))
             os.replace(out_dir, old)
             os.replace(tmp, out_dir)
             shutil.rmtree(old, ignore_errors=True)

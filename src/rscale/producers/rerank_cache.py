@@ -20,7 +20,6 @@ shard carries the identity digest and is checked when read.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ IDENTITY_KEY = b"rscale.region_cache.identity"
 
 
 def identity_digest(identity: dict) -> str:
-    from rscale.store.registry import canonical_digest
+    from rscale.store.hashing import canonical_digest
     return canonical_digest(identity)
 
 
@@ -89,11 +88,9 @@ class RegionCache:
             if root.exists() and any(root.glob("regions-*.parquet")):
                 raise FormatError("region shards without cache.json", path=str(root),
                                   hint="pass an empty or new cache folder")
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = root / f".cache.json.tmp-{os.getpid()}"
-            tmp.write_text(json.dumps({"format": FORMAT, "version": VERSION, "digest": cache.digest,
-                                       "identity": identity}, sort_keys=True, indent=1) + "\n")
-            os.replace(tmp, manifest)
+            from rscale.store.atomic import write_text_atomic
+            write_text_atomic(manifest, json.dumps({"format": FORMAT, "version": VERSION, "digest": cache.digest,
+                                                    "identity": identity}, sort_keys=True, indent=1) + "\n")
         return cache
 
     def shard_paths(self) -> list[Path]:
@@ -133,9 +130,9 @@ class RegionCache:
         }).replace_schema_metadata({IDENTITY_KEY: self.digest.encode()})
         name = hashlib.sha256("\n".join(sorted(image_sha256s)).encode()).hexdigest()[:16]
         path = self.root / f"regions-{name}.parquet"
-        tmp = self.root / f".{path.name}.tmp-{os.getpid()}"
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        from rscale.store.atomic import atomic_path
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
         return path
 
     def regions_of(self, image_sha256s) -> Regions:

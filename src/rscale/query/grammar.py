@@ -110,10 +110,28 @@ def _keyword_hint(word: str) -> str:
     return f" (did you mean '{near[0]}'?)" if near else " (missing comma?)"
 
 
+def _shown(text: str) -> tuple[str, list[int]]:
+    """``text`` with every non-printable character (ESC, tab, newline, bidi overrides, ...)
+    written as its Python escape, so echoing a query cannot drive the terminal; and where each
+    original character starts in the shown string (one more entry for the end)."""
+    parts, where, at = [], [], 0
+    for ch in text:
+        shown = ch if ch.isprintable() else repr(ch)[1:-1]
+        where.append(at)
+        parts.append(shown)
+        at += len(shown)
+    where.append(at)
+    return "".join(parts), where
+
+
 def _caret(text: str, problems) -> str:
-    lines = [f"cannot parse query: {text}"]
+    prefix = "cannot parse query: "
+    shown, where = _shown(text)
+    lines = [prefix + shown]
     for start, length, msg in problems:
-        lines.append(" " * (len("cannot parse query: ") + start) + "^" * max(length, 1) + f"  {msg}")
+        a = where[min(start, len(text))]
+        b = where[min(start + max(length, 1), len(text))]
+        lines.append(" " * (len(prefix) + a) + "^" * max(b - a, 1) + f"  {_shown(msg)[0]}")
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ _ALIASES = {"map": "mAP", "ap": "mAP", "r": "R", "hit": "R", "success": "R", "re
             "mrr": "MRR", "rr": "MRR"}
 _LAW_NAME = {"mAP": "AP", "R": "R", "Recall": "Recall", "MRR": "RR"}
 _NEEDS_K = {"mAP", "R", "Recall"}
+MAX_CUTOFF = 10**15   # the query grammar's largest gallery size
 _PATTERN = re.compile(r"^\s*([A-Za-z]+)\s*(?:@\s*([0-9_]+(?:[eE][0-9]+)?|[0-9.]+[eE][0-9]+))?\s*$")
 
 
@@ -48,8 +49,9 @@ class Measure:
         kk = None
         if k is not None:
             value = float(k.replace("_", ""))
-            if not value.is_integer() or value < 1:
-                raise InvalidArgumentError(f"cut-off in {text!r} must be a whole number >= 1")
+            if not value.is_integer() or not 1 <= value <= MAX_CUTOFF:
+                raise InvalidArgumentError(f"cut-off in {text!r} must be a whole number >= 1 and at most "
+                                           f"1e15 (the largest gallery size); write e.g. {name}@1000")
             kk = int(value)
         if name in _NEEDS_K and kk is None:
             raise InvalidArgumentError(f"{name} needs a cut-off: write {name}@1000 (or another k)")

@@ -22,7 +22,7 @@ from rscale.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)
-class DescriptorSet:
+class SimulatedDescriptors:
     queries: np.ndarray            # (Q, d) float32, unit norm
     query_ids: np.ndarray          # (Q,) str
     query_instance: np.ndarray     # (Q,) int
@@ -44,7 +44,7 @@ def _unit(v):
 def make_descriptors(n_instances: int = 20, d: int = 32, queries_per_instance: int = 1,
                      positives_per_instance: int = 4, n_distractors: int = 5000,
                      noise=0.6, hard_share: float = 0.01, hard_noise: float = 0.9,
-                     seed: int = 0) -> DescriptorSet:
+                     seed: int = 0) -> SimulatedDescriptors:
     if min(n_instances, d, queries_per_instance, positives_per_instance) < 1 or n_distractors < 0:
         raise InvalidArgumentError("descriptor generator sizes must be positive")
     rng = np.random.default_rng(seed)
@@ -63,7 +63,7 @@ def make_descriptors(n_instances: int = 20, d: int = 32, queries_per_instance: i
     hard = around(rng.integers(0, n_instances, n_hard), hard_noise)
     easy = _unit(rng.standard_normal((n_distractors - n_hard, d)))
     dist = np.concatenate([hard, easy])[rng.permutation(n_distractors)]
-    return DescriptorSet(
+    return SimulatedDescriptors(
         queries=around(qi, level[qi]), query_ids=np.array([f"q{i:05d}" for i in range(qi.size)]),
         query_instance=qi, positives=around(pi, level[pi]),
         positive_ids=np.array([f"p{i:06d}" for i in range(pi.size)]), positive_instance=pi,

@@ -33,6 +33,8 @@ import numpy as np
 from rscale.core.estimators.base import HardnessEstimate
 from rscale.core.sample_stats import SampleStats
 from rscale.errors import FormatError, SchemaVersionError
+from rscale.store.atomic import atomic_path
+from rscale.store.columns import numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
@@ -42,14 +44,8 @@ COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
 
 def _atomic_write(table, path: Path):
     import pyarrow.parquet as pq
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def hardness_table(est: HardnessEstimate, ss: SampleStats):
@@ -104,6 +100,13 @@ def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLi
     return written
 
 
+def _numbers(table, name: str, dtype, path: str) -> np.ndarray:
+    try:
+        return numeric(table.column(name), dtype)
+    except TypeError as exc:
+        raise FormatError(str(exc), path=path, column=name) from None
+
+
 def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     """Read a hardness table; returns the estimate (query order kept) and its metadata."""
     import pyarrow as pa
@@ -112,9 +115,14 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     path = str(path)
     if not os.path.exists(path):
         raise FormatError("file not found", path=path, hint="pass a hardness Parquet file written by 'rscale estimate'")
+    if os.path.isdir(path):
+        raise FormatError("is a folder, not a hardness table", path=path,
+                          hint="pass the hardness .parquet file written by 'rscale estimate'")
     try:
-        # ParquetFile avoids importing pyarrow.dataset (~45 ms) on the query path
-        table = pq.ParquetFile(path).read()
+        # ParquetFile avoids importing pyarrow.dataset (~45 ms) on the query path; the string
+        # columns come dictionary-encoded, decoded by _strings without pandas
+        names = set(pq.ParquetFile(path).schema_arrow.names)
+        table = pq.ParquetFile(path, read_dictionary=[c for c in ("query_id", "rule") if c in names]).read()
     except Exception as exc:
         raise FormatError(f"not a readable Parquet file ({type(exc).__name__}: {exc})", path=path) from None
     md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
@@ -122,7 +130,8 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     if fmt != FORMAT:
         raise FormatError(f"this is a '{fmt or 'plain Parquet'}' file, not a hardness table", path=path,
                           hint="create one with: rscale estimate SAMPLE_STATS --out hardness.parquet")
-    version = int(md.get("rscale.schema_version", "1"))
+    from rscale.store.sample_stats_file import meta_object, schema_version
+    version = schema_version(md, path, "re-run 'rscale estimate' to rewrite it")
     if version != SCHEMA_VERSION:
         raise SchemaVersionError(
             f"hardness schema version {version}; this rscale reads version {SCHEMA_VERSION}", path=path,
@@ -132,7 +141,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         raise FormatError(f"missing column(s): {', '.join(missing)}", path=path)
     # group boundaries from the query ids; object arrays, not dictionary_encode, which would
     # import pyarrow.compute (~70 ms) on the query path
-    qid = table.column("query_id").to_numpy(zero_copy_only=False)
+    qid = strings(table.column("query_id"))
     n_rows = qid.size
     starts = np.concatenate([[0], np.flatnonzero(qid[1:] != qid[:-1]) + 1]) if n_rows else np.zeros(0, np.int64)
     firsts = qid[starts]
@@ -143,10 +152,10 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
                 row, dup = int(s_), q
                 break
             seen.add(q)
-        raise FormatError(f"rows of query {dup!r} are not contiguous", path=path, column="query_id", row=row,
+        raise FormatError(f"rows of query {str(dup)!r} are not contiguous", path=path, column="query_id", row=row,
                           hint="keep each query's positives together")
     offsets = np.concatenate([starts, [n_rows]]).astype(np.int64)
-    x = table.column("x").to_numpy().astype(np.float64)
+    x = _numbers(table, "x", np.float64, path)
     bad = np.flatnonzero(~np.isfinite(x) | (x < 0) | (x > 1))
     if bad.size:
         raise FormatError(f"hardness {x[bad[0]]} is outside [0, 1]", path=path, column="x", row=int(bad[0]))
@@ -154,14 +163,50 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     if "draws" in table.column_names:
         col = table.column("draws").combine_chunks()
         d = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
-        flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        flat = numeric(col.flatten(), np.float64)
         draws = flat.reshape(n_rows, d if d else flat.size // max(n_rows, 1))
-    n_sampled = table.column("n_sampled").to_numpy().astype(np.int64)[offsets[:-1]]
-    rule = table.column("rule").to_numpy(zero_copy_only=False)
+    n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
+    low = np.flatnonzero(n_sampled_rows < 1)
+    if low.size:
+        raise FormatError(f"sample size {int(n_sampled_rows[low[0]])} is below 1", path=path, column="n_sampled",
+                          row=int(low[0]), hint="n_sampled is S, the number of distractors sampled for the query")
+    n_sampled = n_sampled_rows[offsets[:-1]]
+    rule = strings(table.column("rule"))
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
-        params=json.loads(md.get("rscale.params", "{}")), draws=draws)
+        params=meta_object(md, path, "rscale.params"), draws=draws)
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"),
-            "counts": table.column("count").to_numpy().astype(np.int64),
-            "meta": json.loads(md.get("rscale.meta", "{}")), "path": path}
+            "counts": _numbers(table, "count", np.int64, path),
+            "meta": meta_object(md, path), "path": path}
     return est, info
+
+
+def read_tail_fits(path: str | os.PathLike) -> tuple[np.ndarray, dict]:
+    """Read a tail-fits file: (query ids, {quantity: float64 array}); FormatError when it is not one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(path)
+    try:
+        table = pq.ParquetFile(path).read()
+    except Exception as exc:
+        raise FormatError(f"not a readable Parquet file ({type(exc).__name__}: {exc})", path=path) from None
+    md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    fmt = md.get("rscale.format")
+    if fmt != TAIL_FORMAT:
+        raise FormatError(f"this is a '{fmt or 'plain Parquet'}' file, not tail fits", path=path)
+    version = int(md.get("rscale.schema_version", "1"))
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(f"tail-fits schema version {version}; this rscale reads version {SCHEMA_VERSION}",
+                                 path=path, hint="upgrade rscale" if version > SCHEMA_VERSION else "re-estimate")
+    if "query_id" not in table.column_names or not pa.types.is_string(table.schema.field("query_id").type):
+        raise FormatError("missing column(s): query_id (string)", path=path)
+    qids = np.asarray(table.column("query_id").to_pylist(), dtype=str)
+    fits = {}
+    for name in table.column_names:
+        if name == "query_id":
+            continue
+        if not pa.types.is_floating(table.schema.field(name).type):
+            raise FormatError(f"expected float64, got {table.schema.field(name).type}", path=path, column=name)
+        fits[name] = numeric(table.column(name), np.float64)
+    return qids, fits

@@ -28,6 +28,7 @@ import numpy as np
 
 from rscale.core.sample_stats import SCHEMA_VERSION, SampleStats, validate
 from rscale.errors import FormatError, SchemaVersionError
+from rscale.store.atomic import atomic_path
 
 FORMAT = "sample-stats"
 COLUMNS = ("query_id", "n_sampled", "top_scores", "positive_ids", "positive_scores", "positive_counts")
@@ -68,15 +69,33 @@ def write_sample_stats(ss: SampleStats, path: str | os.PathLike) -> Path:
     _, pq = _pa()
     path = Path(path)
     validate(ss, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(to_table(ss), tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
+
+
+def schema_version(md: dict, path: str, hint: str) -> int:
+    """The ``rscale.schema_version`` of a file's metadata (1 when absent), a FormatError when it is
+    not a whole number."""
+    raw = md.get("rscale.schema_version", "1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise FormatError(f"the rscale.schema_version metadata is {raw!r}, not a whole number", path=path,
+                          hint=hint) from None
+
+
+def meta_object(md: dict, path: str, key: str = "rscale.meta") -> dict:
+    """The JSON object stored under ``key`` in a file's metadata ({} when absent)."""
+    try:
+        meta = json.loads(md.get(key, "{}"))
+    except json.JSONDecodeError:
+        raise FormatError(f"the {key} metadata is not valid JSON", path=path,
+                          hint="rewrite the file with rscale, or store a JSON object there") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"the {key} metadata is a JSON {type(meta).__name__}, not a JSON object", path=path,
+                          hint="store a JSON object there, e.g. {\"backbone\": \"...\"}")
+    return meta
 
 
 def _list_column(table, name: str, path: str, kind: str):
@@ -117,6 +136,9 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
     if not os.path.exists(path):
         raise FormatError("file not found", path=path,
                           hint="pass the path of a sample-stats Parquet file (see docs/formats.md)")
+    if os.path.isdir(path):
+        raise FormatError("is a folder, not a sample-stats file", path=path,
+                          hint="pass the sample-stats .parquet file itself (see docs/formats.md)")
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
@@ -126,7 +148,7 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
     fmt = md.get("rscale.format", FORMAT)
     if fmt != FORMAT:
         raise FormatError(f"this is a '{fmt}' file, not sample stats", path=path)
-    version = int(md.get("rscale.schema_version", "1"))
+    version = schema_version(md, path, "rewrite it with rscale (rscale simulate / rscale score) or fix the key")
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"written with sample-stats schema version {version}; this rscale reads up to "
@@ -135,10 +157,7 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
     if missing:
         raise FormatError(f"missing column(s): {', '.join(missing)}", path=path,
                           hint=f"a sample-stats file has the columns {', '.join(COLUMNS)}")
-    try:
-        meta = json.loads(md.get("rscale.meta", "{}"))
-    except json.JSONDecodeError:
-        raise FormatError("the rscale.meta metadata is not valid JSON", path=path) from None
+    meta = meta_object(md, path)
 
     qids = table.column("query_id")
     if qids.null_count:
@@ -160,7 +179,7 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
     if short.size:
         r = int(short[0])
         raise FormatError(f"top_scores has {int(lengths[r])} scores, expected K = {k} "
-                          f"(query_id {query_ids[r]!r})", path=path, column="top_scores", row=r,
+                          f"(query_id {str(query_ids[r])!r})", path=path, column="top_scores", row=r,
                           hint="every query stores exactly K top scores; S must be at least K")
     top = top_flat.reshape(len(query_ids), k) if k else np.zeros((len(query_ids), 0))
     pids, off = _list_column(table, "positive_ids", path, "str")
@@ -169,7 +188,7 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
     for name, o in (("positive_scores", off_s), ("positive_counts", off_c)):
         if not np.array_equal(o, off):
             r = int(np.flatnonzero(np.diff(o) != np.diff(off))[0])
-            raise FormatError(f"list length differs from positive_ids (query_id {query_ids[r]!r})",
+            raise FormatError(f"list length differs from positive_ids (query_id {str(query_ids[r])!r})",
                               path=path, column=name, row=r,
                               hint="positive_ids, positive_scores and positive_counts are parallel lists")
     ss = SampleStats(query_ids=query_ids, n_sampled=n_sampled, top_scores=top, pos_offsets=off,

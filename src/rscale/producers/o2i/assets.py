@@ -30,7 +30,6 @@ sphere), so a camera distance means the same for every object.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError, NotFoundError
+from rscale.store.hashing import hex_of, sha256_bytes, sha256_file
 
 ZLIB = "Zlib"
 WHEEL_LICENCE = "pybullet wheel LICENSE.txt (no per-asset licence file)"
@@ -141,10 +141,8 @@ def material_color(files) -> tuple | None:
 
 def files_digest(files) -> str:
     """sha256 over (file name, sha256 of its bytes) of each file, in the order given."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(Path(f).name.encode() + b"\0" + hashlib.sha256(Path(f).read_bytes()).digest())
-    return "sha256:" + h.hexdigest()
+    return sha256_bytes(b"".join(Path(f).name.encode() + b"\0" + bytes.fromhex(hex_of(sha256_file(f)))
+                                 for f in files))
 
 
 def _floats(text: str | None, n: int, default: tuple) -> tuple:
@@ -278,7 +276,7 @@ def user_assets(paths, cache_dir, licence: str = "unspecified", ids=None) -> lis
             raise FormatError(f"object '{object_id}': unsupported mesh format '{path.suffix}'", path=str(path),
                               hint=f"Convert it to one of {', '.join(USER_FORMATS)}")
         load_mesh_vertices(path, object_id)        # refuses missing / unreadable / degenerate first
-        digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = sha256_file(path)
         target = Path(cache_dir) / "assets" / digest.split(":")[1][:32]
         obj = target / "mesh.obj"
         if not obj.is_file():

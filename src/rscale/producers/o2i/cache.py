@@ -28,7 +28,6 @@ exclusive), ``width``, ``height``, ``asset_digest``, ``asset_source``, ``licence
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -41,7 +40,8 @@ from rscale.errors import FormatError, InvalidArgumentError, SchemaVersionError
 from rscale.producers.o2i.assets import Asset, normalisation
 from rscale.producers.o2i.images import object_bbox, object_o2i
 from rscale.producers.o2i.render import RenderProtocol, object_orientation, renderer_version
-from rscale.store.registry import canonical_digest
+from rscale.store.atomic import atomic_path
+from rscale.store.hashing import canonical_digest, sha256_file
 
 FORMAT = "o2i-renders"
 SCHEMA_VERSION = 1
@@ -143,7 +143,7 @@ class RenderSet:
         for r in self.records:
             if not (r.path.is_file() and r.mask_path.is_file()):
                 missing.append(str(r.path))
-            elif "sha256:" + hashlib.sha256(r.path.read_bytes()).hexdigest() != r.image_sha256:
+            elif sha256_file(r.path) != r.image_sha256:
                 corrupt.append(str(r.path))
         return {"checked": len(self.records), "missing": missing, "corrupt": corrupt}
 
@@ -161,14 +161,11 @@ def load_mask(path) -> np.ndarray:
 
 
 def _atomic_png(array: np.ndarray, path: Path) -> None:
+    """A render, written under a temporary name and renamed (a cache entry: rebuilt if lost, so
+    not fsynced one by one; the manifest, written last, is)."""
     from PIL import Image
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path, durable=False) as tmp:
         Image.fromarray(array).save(tmp, format="PNG", compress_level=3)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _render_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
@@ -186,7 +183,7 @@ def _record(asset: Asset, k: int, distance: float, key: str, path: Path, mask_pa
         with Image.open(path) as im:
             im.verify()
     return RenderRecord(asset.id, k, float(distance), path, mask_path,
-                        "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), object_o2i(mask),
+                        sha256_file(path), object_o2i(mask),
                         object_bbox(mask), int(mask.shape[1]), int(mask.shape[0]), asset.digest, asset.source,
                         asset.licence, key)
 
@@ -316,13 +313,8 @@ def write_manifest(rs: RenderSet) -> Path:
     table = pa.table(rows).replace_schema_metadata({
         "rscale.format": FORMAT, "rscale.schema_version": str(SCHEMA_VERSION),
         "rscale.protocol": json.dumps(rs.protocol, sort_keys=True), "rscale.renderer": rs.renderer})
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

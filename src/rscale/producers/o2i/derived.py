@@ -21,7 +21,7 @@ from pathlib import Path
 from rscale.errors import InvalidArgumentError
 from rscale.producers.o2i.cache import RenderSet, _atomic_png
 from rscale.producers.o2i.images import CANVAS_SIZES, NEUTRAL, fixed_pixel_canvases, o2i_matched_box
-from rscale.store.registry import canonical_digest
+from rscale.store.hashing import canonical_digest
 
 CANVAS_CODE_VERSION = 1
 

@@ -23,7 +23,7 @@ class DemoRow:
     true_hardness_expected: float
 
 
-def demo(backbones=None, n: float = 1e8, fraction: float = 0.05, k: int = 1000,
+def demo(backbones=None, n: float = 1e8, *, fraction: float = 0.05, k: int = 1000,
          n_queries: int | None = None, seed: int = 0) -> list[DemoRow]:
     """Simulate each backbone, sample ``fraction`` of an N-distractor pool, and compare.
 
@@ -64,15 +64,13 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
     """
     from dataclasses import replace
 
-    import yaml
-
     from rscale import sim
+    from rscale.api.config import load_config
     from rscale.sim.presets import preset
-    with open(config) as f:
-        cfg = yaml.safe_load(f)
-    samp, n = cfg["sample"], float(cfg.get("report", {}).get("n", 1e8))
+    cfg, samp = load_config(config), load_config(config, "sample")
+    n = float((cfg.get("report") or {}).get("n", 1e8))
     rows = []
-    for name in cfg["backbones"]:
+    for name in cfg.get("backbones") or []:
         spec = replace(preset(name), n_queries=int(samp["queries"]))
         bench = sim.simulate(spec, seed=int(samp["seed"]))
         ss = sim.sample(bench, int(samp["s"]), k=int(samp["k"]), seed=int(samp["seed"]))
@@ -96,8 +94,8 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
         if not (base / "distractors" / "manifest.json").exists():
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            full = score(base / "queries", base / "positives", base / "qrels.parquet", base / "distractors",
-                         Path(tmp) / "full.parquet", fraction=1.0, k=10, lineage=False)
+            full = score(base / "queries", base / "positives", qrels=base / "qrels.parquet", distractors_dir=base / "distractors",
+                         out=Path(tmp) / "full.parquet", fraction=1.0, k=10, lineage=False)
             ss_full = read_sample_stats(Path(tmp) / "full.parquet")
         pool = float(full["S"])
         truth = float(law.map_at_k(law.Hardness.from_counts(ss_full.pos_counts, ss_full.pos_offsets, pool), pool, 1000))
@@ -115,7 +113,7 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
     return rows
 
 
-def simulate_sample_stats(backbone: str, out, s: int, k: int = 4000, n_queries: int | None = None,
+def simulate_sample_stats(backbone: str, out, *, s: int, k: int = 4000, n_queries: int | None = None,
                           seed: int = 0):
     """Simulate a preset backbone and write the sample stats of an S-distractor sample."""
     from dataclasses import replace
@@ -142,5 +140,6 @@ def describe_sample_stats(path) -> dict:
         "K": ss.k,
         "S": f"{int(ss.n_sampled.min()):,}" + ("" if ss.n_sampled.min() == ss.n_sampled.max()
                                               else f"..{int(ss.n_sampled.max()):,}"),
+        "S_min": int(ss.n_sampled.min()), "S_max": int(ss.n_sampled.max()),
         **{k: v for k, v in sorted(ss.meta.items()) if k != "k"},
     }

@@ -1,0 +1,178 @@
+"""Commands that answer from stored hardness: query, diff, curve, report, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rscale.cli import output
+from rscale.cli.options import MAX_BOOTSTRAP, MAX_POINTS, gallery_size, output_file, positive_int, registry_option
+
+QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high", "range_low", "range_high",
+                 "estimator", "extrapolation"]
+
+
+def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
+          registry: Optional[Path] = registry_option(),
+          fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV),
+          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the CI (0: values only; "
+                                                  "at most 10,000).")):
+    """Answer a query from stored hardness (see the grammar in the README)."""
+    from rscale import api
+
+    positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
+    ans = api.query(text, registry=registry, bootstrap=bootstrap)
+    if fmt == output.JSON:
+        output.print_json(ans)
+        return
+    if fmt == output.TABLE:
+        typer.echo(f"query: {ans['query']}")
+    output.print_rows(ans["rows"], fmt, QUERY_COLUMNS)
+    for w in ans["warnings"]:
+        output.warn(w)
+
+
+def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
+         b: str = typer.Argument(..., help="NAME[@VERSION] (compared against a)."),
+         metric: str = typer.Option("mAP@1000", "--metric"),
+         n: str = typer.Option("1e8", "--n"),
+         top: int = typer.Option(10, help="How many of the most-changed queries to list."),
+         benchmark: Optional[str] = typer.Option(None, "--on"),
+         estimator: Optional[str] = typer.Option(None, "--using"),
+         fmt: str = output.format_option(output.TEXT, output.JSON),
+         registry: Optional[Path] = registry_option()):
+    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
+    from rscale import api
+
+    positive_int(top, "--top", minimum=0)
+    out = api.diff(a, b, registry=registry, measure=metric, n=float(gallery_size(n)), top=top, benchmark=benchmark,
+                   estimator=estimator)
+    if fmt == output.JSON:
+        output.print_json(out)
+        return
+    verdict = "resolved" if out["resolved"] else "NOT resolved (CI contains 0)"
+    typer.echo(f"{out['measure']} at N={out['N']:.3g}: a={out['value_a']:.4f} b={out['value_b']:.4f} "
+               f"b-a={out['difference']:+.4f} [95% CI {out['ci_low']:+.4f}, {out['ci_high']:+.4f}] {verdict}")
+    typer.echo(f"queries compared: {out['queries_compared']}, positives: {out['positives_compared']}, "
+               f"median log10 hardness ratio b/a: {out['median_log10_hardness_ratio']}, "
+               f"rule changed: {out['rule_changed_share']}")
+    for r in out["largest_query_changes"]:
+        typer.echo(f"  {r['query_id']}: {r['a']:.4f} -> {r['b']:.4f} ({r['delta']:+.4f})")
+
+
+def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, siglip2_l"'),
+          n: Optional[str] = typer.Option(None, "--n", help="Range of gallery sizes, e.g. 1e5..1e9 (default: from "
+                                          "1e5, or below the measured points, to 1e9)."),
+          points: int = typer.Option(25, help="Points on the curve (2 to 1,000)."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Image to write (png, svg, pdf)."),
+          fmt: str = output.format_option(output.PLOT, output.JSON, output.CSV,
+                                          help="plot (needs --out), json or csv."),
+          registry: Optional[Path] = registry_option()):
+    """Metric vs N with its CI band and the points measured on the sample."""
+    from rscale import api
+    from rscale.errors import InvalidArgumentError
+
+    positive_int(points, "--points", minimum=2, maximum=MAX_POINTS)
+    output_file(out)
+    if fmt == output.PLOT and out is None:
+        raise InvalidArgumentError("--format plot needs --out FILE.png (or use --format json/csv)")
+    data = api.curve(text, n_range=n, points=points, registry=registry)
+    if fmt == output.JSON:
+        output.print_json(data)
+    elif fmt == output.CSV:
+        typer.echo("backbone,version,measure,N,value,ci_low,ci_high")
+        for s in data["series"]:
+            for row in zip(s["N"], s["value"], s["ci_low"], s["ci_high"]):
+                typer.echo(f"{s['backbone']},{s['version']},{s['measure']}," + ",".join(f"{x:g}" for x in row))
+    else:
+        typer.echo(f"wrote {api.plot_curve(data, out)}")
+
+
+def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write markdown (.md) or HTML (.html)."),
+           metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
+           n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
+           registry: Optional[Path] = registry_option()):
+    """Summarise a registry: backbones x gallery sizes, with estimator diagnostics (markdown or HTML)."""
+    from rscale import api
+
+    output_file(out)
+    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n])
+    if out is None:
+        typer.echo(text)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".html":
+        import html
+        body = html.escape(text)
+        text = f"<!doctype html><meta charset=utf-8><title>rscale report</title><pre>{body}</pre>\n"
+    out.write_text(text)
+    typer.echo(f"wrote {out}")
+
+
+def demo(
+    n: str = typer.Option("1e8", "--n", help="Gallery size to predict (1e8, 759k, ...)."),
+    fraction: float = typer.Option(0.05, help="Share of the pool that is sampled."),
+    k: int = typer.Option(1000, help="mAP cut-off."),
+    queries: Optional[int] = typer.Option(None, help="Override the number of queries."),
+    seed: int = typer.Option(0, help="Random seed."),
+    backbone: Optional[list[str]] = typer.Option(None, "--backbone", "-b", help="Simulated backbone(s)."),
+    registry: Optional[Path] = typer.Option(None, "--registry", "-r", help="After `dvc repro`: answer from "
+                                            "this registry (with --config) instead of simulating in process."),
+    config: Path = typer.Option(Path("params.yaml"), "--config", help="The pipeline's params.yaml."),
+    fmt: str = output.format_option(output.TABLE, output.JSON),
+):
+    """Simulate benchmarks, sample a share of the pool, print truth next to predictions."""
+    from rscale import api
+
+    if registry is not None:
+        rows = api.pipeline_demo(config, registry)
+        if fmt == output.JSON:
+            output.print_json(rows)
+            return
+        _print_pipeline_demo(rows, registry)
+        return
+    size = gallery_size(n)
+    positive_int(k, "--k")
+    if not 0 < fraction < 1:
+        from rscale.errors import InvalidArgumentError
+        raise InvalidArgumentError(f"--fraction {fraction}: give the sampled share of the pool, between 0 and 1")
+    rows = api.demo(backbone, n=float(size), fraction=fraction, k=k, n_queries=queries, seed=seed)
+    if fmt == output.JSON:
+        output.print_json(rows)
+        return
+    from rich.table import Table
+    table = Table(title=f"mAP@{k} at N={size:.3g} predicted from a {fraction:.0%} sample "
+                        f"(S={rows[0].s:,}) of simulated benchmarks",
+                  caption="truth: exact realised value at N | at S: metric on the sample alone | "
+                          "count: x=c/S | oracle: law on the true hardness. (error vs truth)")
+    table.add_column("backbone (simulated)", no_wrap=True)
+    table.add_column("tail", no_wrap=True)
+    table.add_column("Q", justify="right")
+    for col in ("truth", "at S", "count", "oracle"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(r.backbone, r.family, str(r.n_queries), f"{r.truth:.4f}",
+                      f"{r.evaluate_at_s:.4f} ({r.evaluate_at_s - r.truth:+.3f})",
+                      f"{r.count:.4f} ({r.count - r.truth:+.3f})",
+                      f"{r.true_hardness_expected:.4f} ({r.true_hardness_expected - r.truth:+.3f})")
+    output.console().print(table)
+
+
+def _print_pipeline_demo(rows, registry) -> None:
+    from rich.table import Table
+    table = Table(title=f"rscale query answers from {registry} next to the exact value")
+    table.caption = ("exact: the simulator's exact realised value, or the full pool scored by the same engine; "
+                     "evaluate-at-S: the metric on the sample alone; count: hardness c/S extrapolated")
+    for c in ("query", "S", "exact value", "evt [95% CI] (error)", "evaluate-at-S", "count"):
+        table.add_column(c, no_wrap=c != "query")
+    for r in rows:
+        table.add_row(f"{r['query']} ({r['version']})", f"{r['S']:,}", f"{r['truth']:.4f} ({r['truth_kind']})",
+                      f"{r['predicted']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] ({r['predicted'] - r['truth']:+.4f})",
+                      f"{r['evaluate_at_s']:.4f} ({r['evaluate_at_s'] - r['truth']:+.3f})",
+                      f"{r['count']:.4f} ({r['count'] - r['truth']:+.3f})")
+    output.console().print(table)
+
+
+COMMANDS = {"query": query, "diff": diff, "curve": curve, "report": report, "demo": demo}

@@ -1,0 +1,53 @@
+"""Names to versions: a backbone name or glob, a version (vN or a tag; default latest) and the
+series filters (benchmark, distractor source, estimator). Pure: works on a list of versions."""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+from fnmatch import fnmatchcase
+
+from rscale.errors import NotFoundError
+from rscale.store.catalog import Version
+
+
+def resolve(catalog: list[Version], name: str, version: str | None = None, benchmark: str | None = None,
+            source: str | None = None, estimator: str | None = None) -> list[Version]:
+    """One version per matching series. Unknown names raise NotFoundError with near matches."""
+    pool = [v for v in catalog if fnmatchcase(v.backbone, name)
+            and (benchmark is None or v.benchmark == benchmark)
+            and (source is None or v.source == source)
+            and (estimator is None or v.estimator == estimator)]
+    if not pool:
+        names = sorted({v.backbone for v in catalog})
+        near = get_close_matches(name, names, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        what = f"backbone '{name}'"
+        if any(fnmatchcase(v.backbone, name) for v in catalog):
+            what += " with " + ", ".join(f"{k} '{val}'" for k, val in
+                                         (("benchmark", benchmark), ("source", source), ("estimator", estimator)) if val)
+        raise NotFoundError(f"unknown {what} (known: {', '.join(names) or 'none: the registry is empty'}).{hint}")
+    want = version or "latest"
+    picked = []
+    for key in sorted({v.series for v in pool}):
+        cand = [v for v in pool if v.series == key]
+        if want.startswith("v") and want[1:].isdigit():
+            hit = [v for v in cand if v.version == int(want[1:])]
+        else:
+            hit = [v for v in cand if want in v.tags]
+        if hit:
+            picked.append(hit[0])
+    if not picked:
+        have = sorted({f"v{v.version}" for v in pool} | {t for v in pool for t in v.tags})
+        raise NotFoundError(f"{name} has no version '{want}' (has: {', '.join(have)})")
+    return picked
+
+
+def resolve_one(catalog: list[Version], name, version=None, benchmark=None, source=None, estimator=None) -> Version:
+    found = resolve(catalog, name, version, benchmark, source, estimator)
+    if len(found) > 1:
+        opts = "; ".join(f"on {v.benchmark} using {v.estimator} (source {v.source})" for v in found)
+        raise NotFoundError(f"'{name}' matches several series: {opts}. Narrow it with on/using")
+    return found[0]
+
+
+__all__ = ["resolve", "resolve_one"]

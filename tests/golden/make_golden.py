@@ -1,0 +1,50 @@
+"""Writes the golden files of tests/test_golden.py. Run it only when a format's version changes
+(then add new files next to the old ones: old versions must keep loading).
+
+    PYTHONPATH=src python tests/golden/make_golden.py
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from rscale.core.estimators.methods import estimate
+from rscale.core.sample_stats import SampleStats
+from rscale.store.descriptor_set import write_descriptor_set
+from rscale.store.hardness_file import write_hardness
+from rscale.store.sample_stats_file import write_sample_stats
+
+HERE = Path(__file__).resolve().parent
+
+
+def sample_stats() -> SampleStats:
+    """Three queries, K = 24 top scores each, S = 1000, two or three positives per query."""
+    rng = np.random.default_rng(11)
+    top = -np.sort(-np.round(rng.normal(0.2, 0.05, (3, 24)), 4), axis=1)
+    pos_scores = np.array([0.41, 0.27, 0.19, 0.33, 0.12, 0.30, 0.25, 0.21])
+    offsets = np.array([0, 3, 5, 8])
+    counts = np.array([int((top[q] >= s).sum()) if s >= top[q, -1] else 40 + 7 * j
+                       for q in range(3) for j, s in enumerate(pos_scores[offsets[q]:offsets[q + 1]])])
+    return SampleStats(query_ids=np.array(["q0", "q1", "q2"]), n_sampled=np.array([1000, 1000, 1000]),
+                       top_scores=top, pos_offsets=offsets,
+                       pos_ids=np.array(["p00", "p01", "p02", "p10", "p11", "p20", "p21", "p22"]),
+                       pos_scores=pos_scores, pos_counts=counts,
+                       meta={"backbone": "golden", "benchmark": "golden_bench", "distractor_source": "golden",
+                             "sampler": "hash(seed=0) < 0.001", "seed": "0"})
+
+
+def main():
+    ss = sample_stats()
+    write_sample_stats(ss, HERE / "sample_stats_v1.parquet")
+    est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)
+    write_hardness(est, ss, HERE / "hardness_v1.parquet")            # + hardness_v1.tail.parquet
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(6, 4))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    write_descriptor_set(HERE / "descriptors_v1", [(np.array([f"d{i}" for i in range(6)]), v)], role="distractors",
+                         dtype="float16", meta={"backbone": "golden", "pooling": "cls", "resolution": 32,
+                                                "source": "golden"}, shard_size=4)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Golden files: small committed files of every format version this package writes (sample stats,
+hardness, tail fits, descriptor sets). They must keep loading, with the same digests and the same
+decoded values, so a writer and a reader changed together cannot drift unnoticed. Made once by
+tests/golden/make_golden.py; a new format version adds files, it never rewrites these.
+(The catalog and bundle manifest goldens live with the store's tests.)"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rscale.store.descriptor_set import DescriptorSet, check_recipe, write_descriptor_set
+from rscale.store.hardness_file import read_hardness, tail_path
+from rscale.store.registry import sha256_file
+from rscale.store.sample_stats_file import read_sample_stats, write_sample_stats
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+DIGESTS = {
+    "hardness_v1.parquet": "sha256:cb9831b7846568091b2385c029ef7f2187f15cc93b7818cd449a1939eb6cc018",
+    "hardness_v1.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
+    "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
+    "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
+    "descriptors_v1/recipe.json": "sha256:14adcc5902c2cc596f021e2a0c79786563d27b29d50ecc1be25b2d514faa2e0e",
+    "descriptors_v1/shard-00000.ids.parquet": "sha256:468d8ba1004f5b1c29ea1cfe21d8dc0262d4bda38fa9a7d2d0482f73555f1c54",
+    "descriptors_v1/shard-00000.npy": "sha256:b1452404a1260572eeb56ef4e9004fbb5a0bcea9a923abf94b60a370a1d05aa5",
+    "descriptors_v1/shard-00001.ids.parquet": "sha256:b46a564a52f5a5df2d79f6df8862746d1eb70d25ba4384293567f3f3b9706bf1",
+    "descriptors_v1/shard-00001.npy": "sha256:375255fbb75751285761b925a1049dc3fa9f7280baae3675d73dbf9c405a0e36",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIGESTS))
+def test_golden_files_are_the_committed_bytes(name):
+    assert sha256_file(GOLDEN / name) == DIGESTS[name]
+
+
+def test_sample_stats_v1_decodes_to_its_values(tmp_path):
+    ss = read_sample_stats(GOLDEN / "sample_stats_v1.parquet")
+    assert ss.query_ids.tolist() == ["q0", "q1", "q2"] and ss.n_sampled.tolist() == [1000, 1000, 1000]
+    assert ss.k == 24 and ss.top_scores.dtype == np.float64
+    assert ss.top_scores[:, :3].tolist() == [[0.2783, 0.268, 0.2612], [0.2549, 0.2521, 0.2449],
+                                             [0.2693, 0.2543, 0.2478]]
+    assert ss.top_scores[:, -1].tolist() == [0.1076, 0.104, 0.1116]
+    assert ss.pos_offsets.tolist() == [0, 3, 5, 8]
+    assert ss.pos_ids.tolist() == ["p00", "p01", "p02", "p10", "p11", "p20", "p21", "p22"]
+    assert ss.pos_scores.tolist() == [0.41, 0.27, 0.19, 0.33, 0.12, 0.30, 0.25, 0.21]
+    assert ss.pos_counts.tolist() == [0, 1, 15, 0, 22, 0, 2, 15]
+    assert ss.meta == {"backbone": "golden", "benchmark": "golden_bench", "distractor_source": "golden", "k": "24",
+                       "sampler": "hash(seed=0) < 0.001", "seed": "0"}
+    # today's writer and reader agree with the golden value
+    again = read_sample_stats(write_sample_stats(ss, tmp_path / "again.parquet"))
+    for field in ("query_ids", "n_sampled", "top_scores", "pos_offsets", "pos_ids", "pos_scores", "pos_counts"):
+        np.testing.assert_array_equal(getattr(again, field), getattr(ss, field))
+    assert again.meta == ss.meta
+
+
+def test_hardness_v1_and_its_tail_fits_decode_to_their_values():
+    est, info = read_hardness(GOLDEN / "hardness_v1.parquet")
+    assert est.method == "evt" and est.params["q"] == 0.5 and est.params["k_top"] == 24
+    assert est.params["gof_crit"] == 0.0 and est.params["pool_xi"] == "average"
+    assert info["query_ids"].tolist() == ["q0", "q1", "q2"] and est.offsets.tolist() == [0, 3, 5, 8]
+    assert info["positive_ids"].to_pylist() == ["p00", "p01", "p02", "p10", "p11", "p20", "p21", "p22"]
+    assert info["counts"].tolist() == [0, 1, 15, 0, 22, 0, 2, 15] and est.n_sampled.tolist() == [1000] * 3
+    assert est.x.tolist() == [0.0, 0.001272856452644985, 0.015, 0.0, 0.022, 0.0, 0.002436798816154156, 0.015]
+    assert est.rule.tolist() == ["endpoint", "tail", "count", "endpoint", "count", "endpoint", "tail", "count"]
+    assert est.draws is None and info["meta"]["backbone"] == "golden"
+    tail = pq.read_table(tail_path(GOLDEN / "hardness_v1.parquet"))
+    md = {k.decode(): v.decode() for k, v in tail.schema.metadata.items()}
+    assert md["rscale.format"] == "tail-fits" and md["rscale.schema_version"] == "1" and md["rscale.method"] == "evt"
+    assert tail.column_names == ["query_id", "endpoint", "loglik", "n_u", "sigma", "sigma_shared", "u", "xi",
+                                 "xi_shared"]
+    cols = tail.to_pydict()
+    assert cols["query_id"] == ["q0", "q1", "q2"] and cols["n_u"] == [12.0, 12.0, 12.0]
+    assert cols["u"] == [0.19619999999999999, 0.18664999999999998, 0.22235]
+    assert cols["xi"] == [-0.9999999927578634, -0.9999999841236068, -0.28668035222882987]
+    assert cols["sigma"] == [0.08303360016127335, 0.0707267400729551, 0.020180337615845007]
+    assert cols["endpoint"] == [0.279233600762614, 0.25737674119584064, 0.2927431659737077]
+
+
+def test_descriptor_set_v1_manifest_and_shards(tmp_path):
+    ds = DescriptorSet.open(GOLDEN / "descriptors_v1")
+    manifest = json.loads((GOLDEN / "descriptors_v1" / "manifest.json").read_text())
+    assert ds.manifest == manifest and manifest["format"] == "rscale-descriptors" and manifest["version"] == 1
+    assert (ds.count, ds.dim, manifest["dtype"], manifest["role"]) == (6, 4, "float16", "distractors")
+    assert [s["count"] for s in manifest["shards"]] == [4, 2]
+    assert ds.verify() == []                                  # every shard matches its manifest digests
+    assert ds.ids().tolist() == [f"d{i}" for i in range(6)]
+    rng = np.random.default_rng(5)
+    want = rng.normal(size=(6, 4))
+    want = (want / np.linalg.norm(want, axis=1, keepdims=True)).astype(np.float16)
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    assert got.dtype == np.float16 and np.array_equal(got, want)
+    # the recipe is part of the format: the same recipe resumes the folder, another is refused
+    recipe = {"role": "distractors", "dtype": "float16", "shard_size": 4, "backbone": "golden", "pooling": "cls",
+              "resolution": 32, "source": "golden"}
+    assert manifest["recipe"] == recipe == json.loads((GOLDEN / "descriptors_v1" / "recipe.json").read_text())
+    check_recipe(GOLDEN / "descriptors_v1", recipe)
+    copy = tmp_path / "copy"
+    shutil.copytree(GOLDEN / "descriptors_v1", copy)
+    again = write_descriptor_set(copy, [(ds.ids(), got)], role="distractors", dtype="float16", shard_size=4,
+                                 meta={k: recipe[k] for k in ("backbone", "pooling", "resolution", "source")})
+    assert again.manifest["shards"] == manifest["shards"]
+    from rscale.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="another recipe"):
+        check_recipe(GOLDEN / "descriptors_v1", {**recipe, "pooling": "mean"})
