@@ -31,6 +31,12 @@ def tour_commands() -> list[str]:
     return [line.strip() for line in joined.splitlines() if line.strip().startswith("rscale ")]
 
 
+def argv_of(command: str) -> list[str]:
+    """A tour line's words as a shell reads them: a comment starts at a word-initial '#' only
+    (``out/o2i#backbone/gp`` is one word), which shlex's comment handling does not know."""
+    return shlex.split(re.sub(r"(^|\s)#.*$", "", command))
+
+
 def shrunk(commands: list[str]) -> list[str]:
     out = list(commands)
     for old, new in SHRINK:
@@ -43,7 +49,7 @@ def shrunk(commands: list[str]) -> list[str]:
 
 def test_readme_block_is_found():
     commands = tour_commands()
-    names = {shlex.split(c, comments=True)[1] for c in commands}
+    names = {argv_of(c)[1] for c in commands}
     assert {"simulate", "estimate", "predict", "register", "query", "export", "import", "score", "extract"} <= names
     assert len(commands) >= 20
 
@@ -51,14 +57,16 @@ def test_readme_block_is_found():
 def test_readme_in_pool_example_is_consistent():
     # shrinking S would hide it: an in-pool gallery holds the sample, so N >= S as written
     from rscale.query.grammar import parse_size
-    commands = [shlex.split(c, comments=True) for c in tour_commands()]
+    commands = [argv_of(c) for c in tour_commands()]
     s = next(parse_size(a[a.index("--s") + 1]) for a in commands if a[1] == "simulate")
     pooled = [parse_size(a[a.index("--n") + 1]) for a in commands if "--in-pool" in a]
     assert pooled and all(n >= s for n in pooled)
 
 
 def _fake_inputs(work: Path):
-    """A tiny random DINOv2 checkpoint and small image trees where the README names them."""
+    """A tiny random DINOv2 checkpoint and small image trees where the README names them, and a
+    params.yaml whose O2I section renders 4 objects at 64 px through a tiny random MobileNetV2
+    under the default backbone's name (so the tour's `rscale compare` arguments hold)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import numpy as np
@@ -80,6 +88,14 @@ def _fake_inputs(work: Path):
         image(work / "ilias" / inst / "query" / "q.jpg")
         (work / "ilias" / inst / "query" / "q_bbox.txt").write_text("4 4 30 28")
         image(work / "ilias" / inst / "pos" / "p.jpg")
+    import yaml
+    from test_o2i_pipeline import DISTANCES, tiny_mobilenet
+    o2i = {"objects": 4, "seed": 0, "cache": str(work / "o2i-cache"),
+           "render": {"distances": DISTANCES, "resolution": 64},
+           "backbones": [{"name": "mobilenet_v2_imagenet", "model": str(tiny_mobilenet(work / "ckpt" / "mb")),
+                          "pooling": "pooled"}],
+           "canvas": {"distance_index": 0, "sizes": [64, 96], "object_size": 48}, "batch_size": 16}
+    (work / "params.yaml").write_text(yaml.safe_dump({"o2i": o2i}))
 
 
 def test_readme_tour_runs(tmp_path, monkeypatch, capsys):
@@ -88,7 +104,7 @@ def test_readme_tour_runs(tmp_path, monkeypatch, capsys):
     _fake_inputs(work)
     monkeypatch.chdir(work)
     for command in shrunk(tour_commands()):
-        argv = shlex.split(command, comments=True)[1:]
+        argv = argv_of(command)[1:]
         rc = main(argv)
         captured = capsys.readouterr()
         assert rc == 0, f"{command}\n{captured.err}"
