@@ -580,6 +580,13 @@ def _plt():
 def _plots(tables: dict, folder: Path) -> list[str]:
     plt = _plt()
     names = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(folder / name)
+        plt.close(fig)
+        names.append(name)
+
     backbones = list(dict.fromkeys(r["backbone"] for r in tables["cross_distance"]))
 
     fig, ax = plt.subplots(figsize=(5, 3.4), dpi=100)
@@ -593,10 +600,7 @@ def _plots(tables: dict, folder: Path) -> list[str]:
     ax.set_ylim(0, 1.02)
     ax.set_title("Cross-distance R@1 (paper Fig. 2)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(folder / "cross_distance.png")
-    plt.close(fig)
-    names.append("cross_distance.png")
+    save(fig, "cross_distance.png")
 
     fig, ax = plt.subplots(figsize=(5, 3.4), dpi=100)
     for b in backbones:
@@ -608,10 +612,7 @@ def _plots(tables: dict, folder: Path) -> list[str]:
     ax.set_ylabel("MRR")
     ax.set_title("Asymmetry")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(folder / "asymmetry.png")
-    plt.close(fig)
-    names.append("asymmetry.png")
+    save(fig, "asymmetry.png")
 
     for b in backbones:
         rows = [r for r in tables["canvas"] if r["backbone"] == b]
@@ -626,10 +627,7 @@ def _plots(tables: dict, folder: Path) -> list[str]:
                 ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
         ax.set_title(f"Fixed-pixel canvas cosine ({b})", fontsize=9)
         fig.colorbar(im, ax=ax)
-        fig.tight_layout()
-        fig.savefig(folder / f"canvas-{b}.png")
-        plt.close(fig)
-        names.append(f"canvas-{b}.png")
+        save(fig, f"canvas-{b}.png")
 
     rows = [r for r in tables["interventions"] if r.get("status") == "measured"]
     if rows:
@@ -647,10 +645,7 @@ def _plots(tables: dict, folder: Path) -> list[str]:
         ax.set_ylabel("R@1 gain over baseline")
         ax.set_title("Query-side interventions")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(folder / "interventions.png")
-        plt.close(fig)
-        names.append("interventions.png")
+        save(fig, "interventions.png")
     return names
 
 
