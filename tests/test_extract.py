@@ -342,3 +342,28 @@ def test_extract_cli_records_the_preprocessing_choice(tmp_path):
     assert DescriptorSet.open(tmp_path / "b").manifest["preprocessing"] == "resize"
     assert main(["extract", str(folder), "--model", str(model), "-o", str(tmp_path / "c"),
                  "--preprocessing", "crop"]) == 2
+
+
+def test_fused_conv_layers_give_the_unfused_models_descriptors(tmp_path):
+    """extract fuses BatchNorm into each convolution (and runs ReLU6 in place): the descriptors
+    must be transformers' own, unfused ones, with BatchNorm statistics far from the identity."""
+    model = save_with_processor(tmp_path, "mobilenet_v2")
+    m = transformers.MobileNetV2Model.from_pretrained(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for bn in (x for x in m.modules() if isinstance(x, torch.nn.BatchNorm2d)):
+            bn.running_mean.copy_(torch.randn(bn.num_features, generator=g) * 0.5)
+            bn.running_var.copy_(torch.rand(bn.num_features, generator=g) * 3 + 0.2)
+            bn.weight.copy_(torch.rand(bn.num_features, generator=g) + 0.5)
+            bn.bias.copy_(torch.randn(bn.num_features, generator=g) * 0.2)
+    m.save_pretrained(model)
+    items = images(tmp_path, n=4)
+    ds = ex.extract(items, model, tmp_path / "out", role="distractors", pooling="pooled", progress=False)
+    got = np.concatenate([np.asarray(v) for _, v in ds.shards()])
+    np.testing.assert_allclose(got, _reference(model, items, lambda o: o.pooler_output), atol=2e-5)
+    # fusing is for inference only: a plain load (the LoRA trainer's) keeps every BatchNorm
+    plain = ex.load_backbone(model).model
+    assert sum(isinstance(x, torch.nn.BatchNorm2d) for x in plain.modules()) == 52
+    fused = ex.load_backbone(model, inference=True).model
+    assert not any(isinstance(x, torch.nn.BatchNorm2d) for x in fused.modules())
+    assert ex.fuse_conv_layers(plain.train()) == 0          # training-mode BatchNorm is left alone

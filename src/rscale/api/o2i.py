@@ -77,7 +77,7 @@ class O2IConfig:
     gp: dict = field(default_factory=lambda: {"views": 5, "span": 4.0})
     alpha_qe: dict = field(default_factory=lambda: {"n": 2, "alpha": 3.0})
     msa: dict = field(default_factory=lambda: {"scales": [1.0, 0.5, 0.25]})
-    batch_size: int = 32
+    batch_size: int = 8        # CPU: small batches stay in cache (docs/benchmarks.md, O2I default run)
     workers: int = 1
 
     def to_dict(self) -> dict:
@@ -186,7 +186,7 @@ def load_o2i_config(path=None, *, section: dict | None = None, objects: int | No
     if not cache.is_absolute() and path is not None:
         cache = where / cache
     return O2IConfig(n, seed, cache, protocol, backbones, k, sizes, obj_size, gp, qe, msa,
-                     _int("o2i.batch_size", cfg.get("batch_size", 32), 1), _int("o2i.workers", cfg.get("workers", 1), 1))
+                     _int("o2i.batch_size", cfg.get("batch_size", 8), 1), _int("o2i.workers", cfg.get("workers", 1), 1))
 
 
 def select_assets(n: int, seed: int) -> list:
@@ -246,7 +246,7 @@ def prepare_backbone(entry: BackboneEntry, cache: Path) -> ModelInfo:
 
 
 def _extract_cached(info: ModelInfo, items, condition: str, cfg: O2IConfig, counters: Counters,
-                    intervention=None, progress: bool = True) -> dict:
+                    intervention=None, progress: bool = True, lineage: bool = True) -> dict:
     """{id: descriptor} of ``items``; the set is extracted once per recipe."""
     from rscale.producers import extract as ex
     from rscale.producers.lineage import digest_lines
@@ -279,7 +279,7 @@ def _extract_cached(info: ModelInfo, items, condition: str, cfg: O2IConfig, coun
         try:
             ex.extract(items, info.path, tmp, role="queries" if condition != "baseline" else "positives",
                        pooling=info.entry.pooling, resolution=info.resolution, batch_size=cfg.batch_size,
-                       intervention=intervention, progress=progress,
+                       intervention=intervention, progress=progress, lineage=lineage,
                        meta={"o2i_condition": condition, "o2i_recipe": key,
                              "preprocessing": PREPROCESSING.format(r=info.resolution)})
             if root.exists() and not (root / "manifest.json").is_file():
@@ -351,7 +351,7 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
                               "licence": info.licence, "preprocessing": PREPROCESSING.format(r=info.resolution)}
 
         def get(condition, items, intervention=None):
-            got = _extract_cached(info, items, condition, cfg, counters, intervention, progress)
+            got = _extract_cached(info, items, condition, cfg, counters, intervention, progress, lineage)
             descriptor_sets[f"{entry.name}/{condition}"] = {"path": str(got["path"]), "recipe": got["key"],
                                                            "manifest": digest_file(got["path"] / "manifest.json")}
             return got

@@ -88,8 +88,11 @@ class Backbone:
 
 
 def load_backbone(path, resolution: int | None = None, device: str | None = None, dtype=None,
-                  preprocessing: str = "auto") -> Backbone:
-    """Load a vision backbone from a local checkpoint directory (never from the network)."""
+                  preprocessing: str = "auto", inference: bool = False) -> Backbone:
+    """Load a vision backbone from a local checkpoint directory (never from the network).
+
+    ``inference``: fuse each convolution with its eval-mode BatchNorm and activation
+    (:func:`fuse_conv_layers`), for extraction only: the model can no longer be trained."""
     torch = _torch()
     import transformers
 
@@ -123,6 +126,13 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     cls = getattr(transformers, _CLASSES[model_type])
     model = cls.from_pretrained(path, local_files_only=True, torch_dtype=dtype).to(device).eval()
+    conv = model_type in _CONV
+    if conv:
+        # depthwise convolutions run 2-3x faster channels-last on CPU (docs/benchmarks.md, O2I default
+        # run); the descriptors are the same up to float rounding
+        model = model.to(memory_format=torch.channels_last)
+    if inference:
+        fuse_conv_layers(model)
     vcfg = getattr(model.config, "vision_config", model.config)
     mean, std = IMAGENET_MEAN, IMAGENET_STD
     if pre.exists():
@@ -139,11 +149,45 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
                                                   "(--preprocessing resize)") from None
         res = _processor_resolution(processor, path)
     prefix = 1 + int(getattr(vcfg, "num_register_tokens", 0) or 0)
-    conv = model_type in _CONV
     if model_type.startswith("siglip") or conv:
         prefix = 0                    # SigLIP has no CLS token (all tokens are patches); conv nets have no tokens
     return Backbone(model, model_type, res, mean, std, device, dtype, int(getattr(vcfg, "patch_size", 0) or 0),
                     prefix, preprocessing, processor, conv)
+
+
+def fuse_conv_layers(model) -> int:
+    """Fold every eval-mode BatchNorm into the convolution before it and run the activation after
+    it in place; returns how many layers were fused.
+
+    transformers' convolutional layers keep the pair as ``convolution`` and ``normalization``
+    (MobileNetV1/V2, ResNet, ConvNeXt's stem and others). BatchNorm in eval mode is an affine map
+    per channel, y = (conv(x) - mean) * g / sqrt(var + eps) + b, so it folds into the convolution's
+    weight and bias: the same function up to float rounding, without a pass over the feature
+    map. The activation then acts on the convolution's own fresh output, which nothing else reads,
+    so it may overwrite it. Together they halve MobileNetV2's CPU time (docs/benchmarks.md).
+    Inference only: a fused model cannot be trained."""
+    torch = _torch()
+    nn = torch.nn
+    folded = 0
+    for layer in model.modules():
+        conv, bn = getattr(layer, "convolution", None), getattr(layer, "normalization", None)
+        if not (isinstance(conv, nn.Conv2d) and isinstance(bn, nn.BatchNorm2d)) or bn.training \
+                or not bn.track_running_stats:
+            continue
+        with torch.no_grad():                     # in float32, whatever the model's dtype
+            scale = torch.rsqrt(bn.running_var.float() + bn.eps)
+            if bn.affine:
+                scale = scale * bn.weight.float()
+            bias = -bn.running_mean.float() * scale + (bn.bias.float() if bn.affine else 0)
+            if conv.bias is not None:
+                bias = bias + conv.bias.float() * scale
+            conv.weight.copy_((conv.weight.float() * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype))
+            conv.bias = nn.Parameter(bias.to(conv.weight.dtype), requires_grad=False)
+        layer.normalization = nn.Identity()
+        if hasattr(getattr(layer, "activation", None), "inplace"):
+            layer.activation.inplace = True
+        folded += 1
+    return folded
 
 
 def _processor_resolution(processor, path) -> int:
@@ -166,13 +210,19 @@ def to_pixels(bb: Backbone, images) -> object:
 
     if bb.processor is not None:
         x = bb.processor(images=[im.convert("RGB") for im in images], return_tensors="pt")["pixel_values"]
-        return x.to(bb.device, bb.dtype)
+        return _layout(bb, x.to(bb.device, bb.dtype))
     arrs = []
     for im in images:
         im = im.convert("RGB").resize((bb.resolution, bb.resolution), Image.BICUBIC)
         arrs.append(np.asarray(im, dtype=np.float32) / 255.0)
     x = (np.stack(arrs) - np.asarray(bb.mean, np.float32)) / np.asarray(bb.std, np.float32)
-    return torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).to(bb.device, bb.dtype)
+    return _layout(bb, torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).to(bb.device, bb.dtype))
+
+
+def _layout(bb: Backbone, x):
+    """Channels-last for convolutional backbones (the layout their weights were put in)."""
+    torch = _torch()
+    return x.contiguous(memory_format=torch.channels_last) if bb.conv else x
 
 
 def embed(bb: Backbone, pixels, pooling: str = "cls", attention_mask=None) -> np.ndarray:
@@ -226,7 +276,7 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing)
+    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = getattr(intervention, "name", "none") if intervention else "none"

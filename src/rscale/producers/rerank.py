@@ -381,7 +381,7 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     det = load_detector(detector_dir, params.resolution, device)
     meta = qset.manifest
     pooling = pooling or meta.get("pooling", "cls")
-    bb = ex.load_backbone(backbone_dir, resolution or meta.get("resolution"), device)
+    bb = ex.load_backbone(backbone_dir, resolution or meta.get("resolution"), device, inference=True)
     backbone_digest = weights_digest(backbone_dir)
     if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
         raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
