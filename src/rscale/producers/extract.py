@@ -38,6 +38,7 @@ patches masked out of the CLS token's attention).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,6 +262,21 @@ def open_image(path, box=None):
     return im.crop(tuple(int(round(b)) for b in box)) if box is not None else im
 
 
+@contextmanager
+def _quiet_loading(quiet: bool):
+    """transformers' own "Loading weights" bar off while ``quiet`` (``--no-progress``)."""
+    from transformers.utils import logging as tf_logging
+
+    was = tf_logging.is_progress_bar_enabled()
+    if quiet and was:
+        tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was:
+            tf_logging.enable_progress_bar()
+
+
 def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
             batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
             meta: dict | None = None, lineage: bool = True, preprocessing: str = "auto"):
@@ -276,7 +292,8 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
+    with _quiet_loading(not progress):
+        bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = getattr(intervention, "name", "none") if intervention else "none"
