@@ -155,7 +155,7 @@ def test_asymmetry_matches_a_loop_and_measures_the_direction():
     tight, wide, curve_t, curve_w = [], [], {}, {}
     for (q, t), ranks in zip(cd.pairs, cd.ranks):
         rr = list(1.0 / ranks)
-        m = round(abs(math.log(DISTANCES[q] / DISTANCES[t])), 6)
+        m = round(abs(math.log(DISTANCES[q] / DISTANCES[t])), o2i.RATIO_DECIMALS)
         if DISTANCES[q] < DISTANCES[t]:
             tight += rr
             curve_t.setdefault(m, []).extend(rr)

@@ -277,3 +277,61 @@ def test_stratify_cli_refuses_bad_input_and_writes_nothing(tmp_path, capsys, cas
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_stratify_after_rscale_extract_and_score_on_generated_images(tmp_path, capsys):
+    """The whole path a user runs: images with boxes -> `rscale extract --layout ilias` (a tiny
+    random ViT; baseline and the gp intervention) -> `rscale score --fraction 1` -> `rscale o2i
+    stratify`: the extractor's ids are the layout's, so every boxed query is stratified, with the
+    ratio a loop over the box files gives."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from rscale.cli import main
+    torch.manual_seed(0)
+    model = tmp_path / "vit"
+    transformers.ViTModel(transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                 intermediate_size=64, image_size=32, patch_size=8)).save_pretrained(model)
+    rng = np.random.default_rng(3)
+    data, want = tmp_path / "ilias", {}
+    for i in range(8):
+        inst = data / f"o{i}"
+        (inst / "query").mkdir(parents=True)
+        (inst / "pos").mkdir()
+        colour = rng.integers(60, 255, 3)
+
+        def picture(path, w, h, frac):
+            arr = np.full((h, w, 3), 128, np.uint8)
+            bw, bh = max(2, int(w * np.sqrt(frac))), max(2, int(h * np.sqrt(frac)))
+            arr[:bh, :bw] = colour
+            Image.fromarray(arr).save(path)
+            (path.parent / f"{path.stem}_bbox.txt").write_text(f"0 0 {bw} {bh}")
+            return bw * bh / (w * h)
+
+        q = picture(inst / "query" / "q.jpg", 48, 40, float(rng.uniform(0.05, 0.9)))
+        ps = [picture(inst / "pos" / f"p{k}.jpg", 40, 48, float(rng.uniform(0.02, 0.5))) for k in range(2)]
+        want[f"o{i}/query/q"] = q / np.mean(ps)
+    (data / "o7" / "query" / "q_bbox.txt").unlink()               # one query without a box
+    del want["o7/query/q"]
+    (tmp_path / "dis").mkdir()
+    for j in range(12):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "dis" / f"d{j}.png")
+    assert main(["extract", str(tmp_path / "dis"), "--model", str(model), "-o", str(tmp_path / "sets" / "dis")]) == 0
+    runs = {}
+    for name, extra in (("base", []), ("gp", ["--intervention", "gp"])):
+        sets = tmp_path / "sets" / name
+        assert main(["extract", str(data), "--layout", "ilias", "--model", str(model), "-o", str(sets), *extra]) == 0
+        runs[name] = tmp_path / f"{name}.parquet"
+        assert main(["score", "--queries", str(sets / "queries"), "--positives", str(sets / "positives"),
+                     "--qrels", str(sets / "qrels.parquet"), "--distractors", str(tmp_path / "sets" / "dis"),
+                     "--fraction", "1", "--k", "5", "--backend", "numpy", "-o", str(runs[name])]) == 0
+    capsys.readouterr()
+    assert main(["o2i", "stratify", str(runs["base"]), str(runs["gp"]), "--layout", str(data), "--format", "json",
+                 "--low", "0.5", "--high", "8", "--bins", "2"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["queries"] == 7 and res["excluded"] == {"no_query_box": 1, "no_positive_box": 0}
+    np.testing.assert_allclose(res["edges"][:-1], [0, 0.5, 2.0, 8.0])
+    assert sum(res["counts"]) == 7
+    assert res["median_ratio"] == pytest.approx(np.median(list(want.values())))
+    e = [0, 0.5, 2.0, 8.0, np.inf]
+    assert res["counts"] == [sum(e[b] <= r < e[b + 1] for r in want.values()) for b in range(4)]

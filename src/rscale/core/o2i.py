@@ -36,6 +36,10 @@ from rscale.errors import InvalidArgumentError
 
 
 DEFAULT_KS = (1, 5, 10)
+# Ratios d_q/d_t (and |log| magnitudes) equal to 2 decimals are one point of Fig. 2 / one asymmetry
+# level: distances written to 4 decimals (the default 3.0 * 3.3 ** (k / 4)) make "equal" ratios
+# differ in the 4th digit (1.3470 / 1.3481), and 6 decimals split every level in two.
+RATIO_DECIMALS = 2
 
 
 def _check_desc(desc) -> np.ndarray:
@@ -189,7 +193,7 @@ def cross_distance(desc, distances, block: int = 256) -> CrossDistance:
     return CrossDistance(d, pairs, np.ascontiguousarray(ranks))
 
 
-def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = 6) -> dict:
+def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = RATIO_DECIMALS) -> dict:
     """R@k against d_q / d_t (paper Fig. 2): pairs with the same ratio (to ``decimals``) averaged.
 
     Returns {"ratio", "R@k", "pairs"} sorted by ratio, with the self-retrieval point left out
@@ -336,7 +340,7 @@ class Asymmetry:
     n_pairs_each: int
 
 
-def asymmetry(cd: CrossDistance, decimals: int = 6) -> Asymmetry:
+def asymmetry(cd: CrossDistance, decimals: int = RATIO_DECIMALS) -> Asymmetry:
     """MRR of tight-query -> wide-gallery pairs against the reverse (the mirrored pairs).
 
     "Tight" is the closer camera (the object fills more of the image). Each unordered pair of
