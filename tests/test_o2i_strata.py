@@ -89,6 +89,8 @@ def test_layout_boxes_and_ratios_match_a_loop(tmp_path):
     want_i01 = 1.0 / (64 / 64 ** 2)                      # the unboxed positive is left out of the mean
     want_i00 = (300 / 1200) / np.mean([100 / 5000, 100 / 400])
     np.testing.assert_allclose(ratio, [want_i01, want_i00])
+    _, cropped, _ = query_ratios(boxes, ids, query_cropped=True)        # the query as seen fills its crop
+    np.testing.assert_allclose(cropped, [1 / (64 / 64 ** 2), 1 / np.mean([100 / 5000, 100 / 400])])
     with pytest.raises(InvalidArgumentError, match=r"1 of the runs' 2 queries are not in the layout \(e.g. 'x/query/q'\)"):
         query_ratios(boxes, np.array(["i00/query/q", "x/query/q"]))
     with pytest.raises(InvalidArgumentError, match="none of the runs' 2 queries has both a box"):
@@ -105,10 +107,11 @@ def _benchmark(root, seed=0):
 
     The treatment's query descriptors are less noisy for ratios in [1, 10) only, so it gains there.
     Instance 0 has no query box, instance 1 no positive boxes (both left out)."""
-    from rscale.api.scoring import score
-    from rscale.store.descriptor_set import write_descriptor_set
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from rscale.api.scoring import score
+    from rscale.store.descriptor_set import write_descriptor_set
 
     rng = np.random.default_rng(seed)
     data = root / "ilias"

@@ -45,6 +45,7 @@ class Strata:
     query_ids: np.ndarray          # (Q,) the stratified queries
     ratio: np.ndarray              # (Q,) their query / positive O2I ratios
     excluded: dict                 # reason -> number of the runs' queries left out
+    query_cropped: bool = False
     confidence: float = 0.95
     holm_family: str = "bins"
     written: dict = field(default_factory=dict)   # "table" / "plot" -> path
@@ -53,7 +54,8 @@ class Strata:
         return {"baseline": self.label_baseline, "treatment": self.label_treatment, "layout": self.layout,
                 "queries": int(self.query_ids.size), "excluded": dict(self.excluded),
                 "median_ratio": self.median_ratio, "edges": [float(e) for e in self.edges],
-                "counts": [int(c) for c in self.counts], "confidence": self.confidence,
+                "counts": [int(c) for c in self.counts], "query_cropped": self.query_cropped,
+                "confidence": self.confidence,
                 "holm": self.holm_family, "rows": [dict(r) for r in self.rows], "written": dict(self.written)}
 
 
@@ -89,8 +91,12 @@ def _check_output(path, suffix: str, option: str) -> Path | None:
     return path
 
 
-def query_ratios(boxes, query_ids) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(kept mask over ``query_ids``, their ratios, excluded counts) from a LayoutBoxes value."""
+def query_ratios(boxes, query_ids, *, query_cropped: bool = False) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(kept mask over ``query_ids``, their ratios, excluded counts) from a LayoutBoxes value.
+
+    ``query_cropped``: the runs saw each boxed query cropped to its box (``rscale extract --crop``),
+    so its O2I as seen is 1 and the ratio is 1 / mean positive O2I.
+    """
     index = {q: i for i, q in enumerate(boxes.query_ids.tolist())}
     missing = [q for q in query_ids.tolist() if q not in index]
     if missing:
@@ -112,6 +118,8 @@ def query_ratios(boxes, query_ids) -> tuple[np.ndarray, np.ndarray, dict]:
             "add <name>_bbox.txt files beside the images (docs/formats.md, ILIAS layout)")
     kept = rows[keep]
     q_o2i = core.box_o2i(boxes.query_boxes[kept], boxes.query_sizes[kept])
+    if query_cropped:
+        q_o2i = np.ones_like(q_o2i)
     sel = np.concatenate([np.arange(boxes.pos_offsets[r], boxes.pos_offsets[r + 1])[pos_ok[boxes.pos_offsets[r]:
                                                                                          boxes.pos_offsets[r + 1]]]
                           for r in kept])
@@ -120,16 +128,18 @@ def query_ratios(boxes, query_ids) -> tuple[np.ndarray, np.ndarray, dict]:
     return keep, core.query_positive_ratio(q_o2i, p_o2i, offsets), excluded
 
 
-def stratify_by_o2i(baseline, treatment, *, layout, measures=DEFAULT_MEASURES, low: float = 1.0, high: float = 10.0,
-               bins: int = 3, edges=None, confidence: float = 0.95, holm_family: str = "bins",
-               table=None, plot=None, labels: tuple[str, str] | None = None) -> Strata:
+def stratify_by_o2i(baseline, treatment, *, layout, measures=DEFAULT_MEASURES, low: float = 1.0,
+                    high: float = 10.0, bins: int = 3, edges=None, confidence: float = 0.95,
+                    holm_family: str = "bins", query_cropped: bool = False, table=None, plot=None,
+                    labels: tuple[str, str] | None = None) -> Strata:
     """Gains of ``treatment`` over ``baseline`` per bin of query / positive O2I ratio (module docstring).
 
     ``baseline`` / ``treatment``: sample-stats paths of exact evaluations (or the other forms
     ``rscale compare`` takes, or PerQueryRanks). ``layout``: the ILIAS-layout folder with the
-    box files. Bins: ``edges`` if given, else :func:`rscale.core.o2i.log_ratio_edges` (``low``,
-    ``high``, ``bins``). ``table`` (.parquet) and ``plot`` (.png): optional outputs, written only
-    once everything is computed.
+    box files; ``query_cropped``: the runs' queries were cropped to their boxes
+    (``rscale extract --crop``), so a query's O2I as seen is 1. Bins: ``edges`` if given, else
+    :func:`rscale.core.o2i.log_ratio_edges` (``low``, ``high``, ``bins``). ``table`` (.parquet)
+    and ``plot`` (.png): optional outputs, written only once everything is computed.
     """
     from rscale.api.compare import align
     from rscale.store.ilias_layout import read_layout_boxes
@@ -144,13 +154,13 @@ def stratify_by_o2i(baseline, treatment, *, layout, measures=DEFAULT_MEASURES, l
     a = _load(baseline, labels[0] if labels else None)
     b = _load(treatment, labels[1] if labels else None)
     a, b = align(a, b)
-    keep, ratio, excluded = query_ratios(read_layout_boxes(layout), a.query_ids)
+    keep, ratio, excluded = query_ratios(read_layout_boxes(layout), a.query_ids, query_cropped=query_cropped)
     base = {str(m): a.values(m)[keep] for m in ms}
     treat = {str(m): b.values(m)[keep] for m in ms}
     st = core.stratify(ratio, base, treat, edges=e, confidence=confidence, holm_family=holm_family)
     rows = [{**r, "label": bin_label(r["low"], r["high"])} for r in st.rows]
     res = Strata(a.label, b.label, str(layout), st.edges, st.counts, st.median_ratio, rows,
-                 a.query_ids[keep], ratio, excluded, confidence, st.holm_family)
+                 a.query_ids[keep], ratio, excluded, query_cropped, confidence, st.holm_family)
     if table is not None:
         res.written["table"] = str(write_strata_table(res, table))
     if plot is not None:

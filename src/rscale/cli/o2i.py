@@ -88,6 +88,9 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
              bins: int = typer.Option(3, "--bins", help="Log-spaced bins between --low and --high "
                                                         "(plus one open bin on each side)."),
              confidence: float = typer.Option(0.95, "--confidence", help="CI level."),
+             query_cropped: bool = typer.Option(False, "--query-cropped",
+                                                help="The runs' queries were cropped to their boxes (extract "
+                                                     "--crop): a query's O2I as seen is 1."),
              holm: str = typer.Option("bins", "--holm", help="Holm family: bins (each measure's bins) or all cells."),
              table_out: Optional[Path] = typer.Option(None, "--table", help="Write the table as Parquet here."),
              plot_out: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot of the gains here."),
@@ -98,6 +101,7 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
 
     res = stratify_by_o2i(baseline, treatment, layout=layout, measures=tuple(measure) if measure else DEFAULT_MEASURES,
                           low=low, high=high, bins=bins, confidence=confidence, holm_family=holm,
+                          query_cropped=query_cropped,
                           table=table_out, plot=plot_out)
     if fmt == output.JSON:
         output.print_json(res.to_dict())
