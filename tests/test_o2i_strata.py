@@ -275,11 +275,18 @@ def test_stratify_cli_refuses_bad_input_and_writes_nothing(tmp_path, capsys, cas
     elif case == "bins":
         extra = ["--bins", "0"]
     capsys.readouterr()
+    before = _tree(tmp_path)
     assert main(["o2i", "stratify", str(runs["base"]), str(runs["treat"]), "--layout", str(data),
                  "--table", str(table), "--plot", str(out / "p.png"), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not out.exists()
+    assert not out.exists() and _tree(tmp_path) == before
+
+
+def _tree(root):
+    import hashlib
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
 
 
 @pytest.mark.slow
