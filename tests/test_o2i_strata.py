@@ -345,3 +345,19 @@ def test_stratify_after_rscale_extract_and_score_on_generated_images(tmp_path, c
     assert res["median_ratio"] == pytest.approx(np.median(list(want.values())))
     e = [0, 0.5, 2.0, 8.0, np.inf]
     assert res["counts"] == [sum(e[b] <= r < e[b + 1] for r in want.values()) for b in range(4)]
+
+
+def test_a_missing_plot_extra_writes_no_table_either(tmp_path, monkeypatch):
+    """The plot is drawn before any write: without matplotlib, --table is not left half-done."""
+    import sys
+
+    from rscale.api.o2i_strata import stratify_by_o2i
+    from rscale.errors import MissingExtraError
+    data, runs, _ = _benchmark(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingExtraError, match=r"rscale\[plot\]"):
+        stratify_by_o2i(str(runs["base"]), str(runs["treat"]), layout=data, table=tmp_path / "o" / "t.parquet",
+                        plot=tmp_path / "o" / "p.png")
+    assert not (tmp_path / "o").exists()
+    res = stratify_by_o2i(str(runs["base"]), str(runs["treat"]), layout=data, table=tmp_path / "o" / "t.parquet")
+    assert res.written == {"table": str(tmp_path / "o" / "t.parquet")}

@@ -120,9 +120,8 @@ def query_ratios(boxes, query_ids, *, query_cropped: bool = False) -> tuple[np.n
     q_o2i = core.box_o2i(boxes.query_boxes[kept], boxes.query_sizes[kept])
     if query_cropped:
         q_o2i = np.ones_like(q_o2i)
-    sel = np.concatenate([np.arange(boxes.pos_offsets[r], boxes.pos_offsets[r + 1])[pos_ok[boxes.pos_offsets[r]:
-                                                                                         boxes.pos_offsets[r + 1]]]
-                          for r in kept])
+    off = boxes.pos_offsets
+    sel = np.concatenate([np.flatnonzero(pos_ok[s:t]) + s for s, t in zip(off[kept], off[kept + 1])])
     p_o2i = core.box_o2i(boxes.pos_boxes[sel], boxes.pos_sizes[sel])
     offsets = np.concatenate([[0], np.cumsum(n_boxed_pos[kept])])
     return keep, core.query_positive_ratio(q_o2i, p_o2i, offsets), excluded
@@ -161,10 +160,12 @@ def stratify_by_o2i(baseline, treatment, *, layout, measures=DEFAULT_MEASURES, l
     rows = [{**r, "label": bin_label(r["low"], r["high"])} for r in st.rows]
     res = Strata(a.label, b.label, str(layout), st.edges, st.counts, st.median_ratio, rows,
                  a.query_ids[keep], ratio, excluded, query_cropped, confidence, st.holm_family)
+    png = strata_plot_png(res) if plot is not None else None     # before any write: a missing extra writes nothing
     if table is not None:
         res.written["table"] = str(write_strata_table(res, table))
     if plot is not None:
-        res.written["plot"] = str(plot_strata(res, plot))
+        from rscale.store.atomic import write_bytes_atomic
+        res.written["plot"] = str(write_bytes_atomic(plot, png))
     return res
 
 
@@ -189,15 +190,15 @@ def write_strata_table(res: Strata, path) -> Path:
     return Path(path)
 
 
-def plot_strata(res: Strata, path) -> Path:
-    """Gain per bin (points with their CI), one marker series per measure; filled where p (Holm) < 0.05."""
+def strata_plot_png(res: Strata) -> bytes:
+    """PNG of the gain per bin (points with their CI), one series per measure; filled where p (Holm) < 0.05."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingExtraError("matplotlib", "plot") from None
-    from rscale.store.atomic import atomic_path
+    import io
 
     measures = list(dict.fromkeys(r["measure"] for r in res.rows))
     n_bins = res.edges.size - 1
@@ -219,8 +220,7 @@ def plot_strata(res: Strata, path) -> Path:
     ax.set_title(f"gain per O2I-ratio bin (median ratio {res.median_ratio:.2f}x; filled: p Holm < 0.05)", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    return path
+    return buf.getvalue()

@@ -1,8 +1,8 @@
 """`rscale o2i run` (the controlled O2I benchmark end to end), `rscale o2i stratify` (gains per O2I
 ratio bin on a real benchmark) and `rscale compare` (two runs, paired).
 
-Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_strata` and :mod:`rscale.api.compare`; heavy imports happen
-inside the commands. :func:`register` adds both to the app.
+Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_strata` and
+:mod:`rscale.api.compare`; heavy imports happen inside the commands. :func:`register` adds both to the app.
 """
 
 from __future__ import annotations
@@ -101,8 +101,7 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
 
     res = stratify_by_o2i(baseline, treatment, layout=layout, measures=tuple(measure) if measure else DEFAULT_MEASURES,
                           low=low, high=high, bins=bins, confidence=confidence, holm_family=holm,
-                          query_cropped=query_cropped,
-                          table=table_out, plot=plot_out)
+                          query_cropped=query_cropped, table=table_out, plot=plot_out)
     if fmt == output.JSON:
         output.print_json(res.to_dict())
         return
@@ -115,6 +114,7 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
                         f"{res.query_ids.size} queries, median ratio {res.median_ratio:.2f}x{left}")
     for col in ("ratio", "n", "measure", "test", "baseline", "treatment", "gain", "CI", "p", "p (Holm)"):
         table.add_column(col)
+
     def num(v, spec):                     # an empty bin has no mean, a bin of one query no test
         return format(v, spec) if math.isfinite(v) else "-"
 
