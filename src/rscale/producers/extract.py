@@ -352,34 +352,28 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
 
 def ilias_layout(root, crop_queries: bool = False):
     """Queries and positives of an ILIAS-style folder: ``<instance>/query/*.jpg`` (with optional
-    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg``.
+    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg`` (rscale.store.ilias_layout,
+    docs/formats.md).
 
     Returns (queries, positives, qrels): item triples (id, path, box or None) and
-    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box.
+    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box (checked
+    against the image: a box outside it is a FormatError naming the file).
     """
-    root = Path(root)
+    from rscale.store import ilias_layout as layout
+
     queries, positives, qrels = [], [], []
-    for inst in sorted(p for p in root.iterdir() if p.is_dir()):
-        qdir, pdir = inst / "query", inst / "pos"
-        if not qdir.is_dir() or not pdir.is_dir():
-            continue
+    for inst in layout.instances(root):
         pos_ids = []
-        for img in sorted(pdir.glob("*.jpg")) + sorted(pdir.glob("*.png")):
-            pid = f"{inst.name}/pos/{img.stem}"
+        for img in inst.positives:
+            pid = layout.item_id(inst.name, "pos", img)
             positives.append((pid, img, None))
             pos_ids.append(pid)
-        for img in sorted(qdir.glob("*.jpg")) + sorted(qdir.glob("*.png")):
+        for img in inst.queries:
             box = None
-            bbox_file = img.with_name(f"{img.stem}_bbox.txt")
+            bbox_file = layout.box_path(img)
             if crop_queries and bbox_file.exists():
-                nums = bbox_file.read_text().replace(",", " ").split()
-                if len(nums) != 4:
-                    raise FormatError("expected 4 numbers x1 y1 x2 y2", path=str(bbox_file))
-                box = tuple(float(n) for n in nums)
-            qid = f"{inst.name}/query/{img.stem}"
+                box = layout.read_box(bbox_file, layout.image_size(img))
+            qid = layout.item_id(inst.name, "query", img)
             queries.append((qid, img, box))
             qrels += [(qid, p) for p in pos_ids]
-    if not queries:
-        raise FormatError("no <instance>/query/*.jpg found", path=str(root),
-                          hint="the ILIAS layout is <instance>/query/*.jpg and <instance>/pos/*.jpg")
     return queries, positives, qrels
