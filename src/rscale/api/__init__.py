@@ -30,7 +30,7 @@ _HOME = {
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "querying": ("curve", "plot_curve", "query"),
-    "rerank": ("rerank", "rerank_settings"),
+    "rerank": ("predict_reranked", "rerank", "rerank_settings", "reranked_hardness"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),

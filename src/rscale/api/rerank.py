@@ -73,3 +73,59 @@ def rerank(queries, candidates, *, gallery, detector, backbone, cache, out, qrel
                            first_stage_weight=float(s["first_stage_weight"]), params=params,
                            batch_size=s["batch_size"], shard_size=s["shard_size"], device=device,
                            progress=progress, lineage=lineage)
+
+
+def reranked_hardness(ss, est, *, tail: bool = True):
+    """The reranked law's input from sample stats with rerank scores and a first-stage hardness
+    estimate of the same positives: x from ``est``, the joint tail from the sample's reranked top
+    (``tail``: with a GPD tail for each slice's rerank scores, else plain counts)."""
+    from rscale.core.rerank_law import RerankedHardness, joint_from_top, joint_from_top_smoothed
+    from rscale.errors import FormatError
+    if not ss.has_rerank:
+        raise FormatError("these sample stats hold no rerank scores (columns top_rerank_scores, "
+                          "positive_rerank_scores, schema version 2)",
+                          hint="rerank each query's top sampled candidates and its positives, and store their scores "
+                               "(docs/rerank.md, 'Reranked metrics at any N')")
+    make = joint_from_top_smoothed if tail else joint_from_top
+    grid, joint = make(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
+    return RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, grid, joint)
+
+
+def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=("mAP@1000", "R@1"), method: str = "evt",
+                     mode: str = "expected", bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """The metric after reranking the first-stage top ``depth`` (K') at each gallery size in ``n``,
+    predicted from sample stats that carry rerank scores (schema version 2).
+
+    First-stage hardness comes from ``method`` (an estimator of :mod:`rscale.core.estimators`,
+    default parameters), the joint tail from the sample's reranked top candidates; the law is
+    :mod:`rscale.core.rerank_law`. Per (measure, N) a row: the reranked value, its 95% query-bootstrap
+    interval (``bootstrap`` resamples; 0 for none: it covers query-level noise only, not the
+    sample's), and the first-stage prediction of the same measure for comparison."""
+    from rscale.core import prediction, rerank_law
+    from rscale.core.estimators.methods import estimate
+    from rscale.core.uncertainty import percentile_ci, query_bootstrap
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    if not isinstance(bootstrap, int) or bootstrap < 0:
+        raise InvalidArgumentError(f"bootstrap must be a whole number >= 0, got {bootstrap!r}")
+    parsed = [Measure.parse(m) if isinstance(m, str) else m for m in measures]
+    sizes = [float(v) for v in (n if isinstance(n, (list, tuple)) else [n])]
+    est = estimate(ss, method)
+    h = reranked_hardness(ss, est)
+    rows = []
+    for measure in parsed:
+        metric, k = measure.law_metric, measure.k
+        if metric == "RR" and k is None:
+            raise InvalidArgumentError(f"{measure}: a reranked metric needs a cut-off within the top K'={depth}; "
+                                       f"write MRR@{depth}")
+        for size in sizes:
+            per_query = rerank_law.reranked_per_query(h, metric, size, k, depth=depth, mode=mode)
+            lo = hi = float("nan")
+            if bootstrap and per_query.size >= 2:
+                lo, hi = (float(v) for v in percentile_ci(query_bootstrap(per_query, bootstrap, seed)))
+            rows.append({"measure": str(measure), "n": size, "depth": depth, "value": float(per_query.mean()),
+                         "ci_low": lo, "ci_high": hi, "first_stage": prediction.predict(est, metric, size, k),
+                         "method": method, "mode": mode})
+    return rows

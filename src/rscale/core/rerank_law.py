@@ -242,3 +242,49 @@ def reranked_metric(h: RerankedHardness, metric: str, n: float, k: int | None = 
                     mode: str = "expected", nodes: int = 16) -> float:
     """The benchmark value: the mean over queries of :func:`reranked_per_query`."""
     return float(reranked_per_query(h, metric, n, k, depth=depth, mode=mode, nodes=nodes).mean())
+
+
+def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, points: int = 48,
+                            min_exceedances: int = 10, share: float = 0.25,
+                            shape: str = "shared") -> tuple[np.ndarray, np.ndarray]:
+    """:func:`joint_from_top` with a generalized-Pareto tail for the rerank scores of each top slice.
+
+    The share of the slice's (the sample's top i) rerank scores at or above t_p is a count, but
+    for the positives that matter most (those few top-K' distractors rerank above) the slice holds
+    none or one such score, and 0 / i would promise rank 1 (the count's Jensen bias). As the first
+    stage does, the top ``share`` of the slice's scores (at least ``min_exceedances``) above their
+    threshold u get a GPD tail (:func:`rscale.core.tailfit.fit_gpd`, shape in [-1, 0]):
+    rho(t) = (k_u / i) P(Y >= t - u) for t > u; at or below u the count is used. Evaluated at
+    ``points`` slice sizes i (geometric in i; slices of at most ``min_exceedances`` use counts)
+    and made non-decreasing in w."""
+    from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi, gpd_logsf
+    top = np.atleast_2d(np.asarray(top_rerank, np.float64))
+    s = np.asarray(n_sampled, np.float64).reshape(-1)
+    t = np.asarray(pos_rerank, np.float64)
+    off = ragged.check_offsets(offsets, t.size)
+    q, r = top.shape
+    if s.size != q or off.size - 1 != q or np.any(s < r):
+        raise InvalidArgumentError(f"{q} rerank lists for {s.size} sample sizes and {off.size - 1} queries")
+    sizes = np.unique(np.round(np.geomspace(1, r, points)).astype(np.int64))
+    grid = np.concatenate([np.zeros((q, 1)), sizes[None, :] / s[:, None]], axis=1)
+    pq = ragged.group_index(off)
+    joint = np.zeros((t.size, sizes.size + 1))
+    for col, i in enumerate(sizes, start=1):
+        e = -np.sort(-top[:, :i], axis=1)                          # (Q, i) descending
+        rho = (e[pq] >= t[:, None]).sum(axis=1) / i
+        k_u = max(min_exceedances, int(share * i))
+        if i > k_u:
+            u = e[:, k_u]
+            excess = e[:, :k_u] - u[:, None]
+            if shape == "exponential":
+                xi = np.zeros(q)
+            else:
+                xi = fit_gpd(excess).xi
+                if shape == "shared":
+                    xi = np.full(q, float(np.median(xi)))
+            sigma = fit_sigma_given_xi(excess, np.maximum(xi, -1 + 1e-9)) if shape != "own" else fit_gpd(excess).sigma
+            beyond = t > u[pq]
+            y = t[beyond] - u[pq][beyond]
+            rho[beyond] = k_u / i * np.exp(gpd_logsf(y, xi[pq][beyond], sigma[pq][beyond]))
+        joint[:, col] = rho * i / s[pq]
+    return grid, np.maximum.accumulate(joint, axis=1)
