@@ -137,3 +137,73 @@ def test_sample_estimate_on_the_simulator_matches_the_exact_law():
     counts = law.RerankedHardness.build(np.tile(x, q), np.tile(t, q), offsets,
                                         *law.joint_from_top(top, np.full(q, s), np.tile(t, q), offsets))
     assert law.reranked_metric(counts, "AP", n, depth, depth=depth) > want + 0.01   # counts alone overshoot
+
+
+@pytest.fixture
+def files(data, tmp_path):
+    """A schema-2 sample-stats file (10% sample, top 80 reranked) and its schema-1 twin."""
+    rng = np.random.default_rng(2)
+    index = np.sort(rng.choice(data["n"], data["n"] // 4, replace=False))
+    plain = engine_stats(data, index, 100)
+    write_sample_stats(with_rerank(plain, data, index, 80), tmp_path / "ss2.parquet")
+    write_sample_stats(plain, tmp_path / "ss1.parquet")
+    return tmp_path
+
+
+def test_predict_rerank_command(files, capsys, monkeypatch):
+    import json
+
+    from rscale.cli import main
+    monkeypatch.chdir(files)
+    argv = ["predict-rerank", "ss2.parquet", "--n", "20000", "--n", "1e5", "--depth", "200", "--metric", "mAP@200",
+            "--metric", "R@1", "--method", "count"]
+    assert main(argv + ["--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    want = api.predict_reranked(files / "ss2.parquet", n=[2e4, 1e5], depth=200, measures=["mAP@200", "R@1"],
+                                method="count")
+    assert [(r["measure"], r["N"]) for r in rows] == [("mAP@200", 2e4), ("mAP@200", 1e5), ("R@1", 2e4), ("R@1", 1e5)]
+    for got, w in zip(rows, want):
+        assert got["value"] == pytest.approx(w["value"]) and got["first_stage"] == pytest.approx(w["first_stage"])
+    assert rows[1]["value"] < rows[0]["value"]            # a larger gallery is harder after reranking too
+    assert main(argv) == 0 and "mAP@200" in capsys.readouterr().out     # the table
+
+
+def _one_rerank_column(w):
+    import pyarrow.parquet as pq
+    t = pq.read_table(w / "ss2.parquet")
+    pq.write_table(t.drop_columns(["positive_rerank_scores"]), w / "bad.parquet")
+
+
+PREDICT = ["predict-rerank", "ss2.parquet", "--depth", "200", "--method", "count"]
+ROWS = [
+    ("first-stage-stats-only", ["predict-rerank", "ss1.parquet", "--depth", "200", "--n", "1e5"], None,
+     ["no rerank scores", "top_rerank_scores"]),
+    ("one-rerank-column", ["predict-rerank", "bad.parquet", "--depth", "200", "--n", "1e5"], _one_rerank_column,
+     ["bad.parquet", "positive_rerank_scores", "both"]),
+    ("gallery-below-depth", PREDICT + ["--n", "150"], None, ["N=150", "smaller than the rerank depth K'=200"]),
+    ("sample-top-too-short", PREDICT + ["--n", "10000"], None, ["rerank more of the sample's top", "N >= 1.25e+04"]),
+    ("cutoff-beyond-depth", PREDICT + ["--n", "1e5", "--metric", "mAP@500"], None, ["k <= the rerank depth", "k=500"]),
+    ("mrr-without-cutoff", PREDICT + ["--n", "1e5", "--metric", "MRR"], None, ["MRR@200"]),
+    ("unknown-mode", PREDICT + ["--n", "1e5", "--mode", "mean"], None, ["unknown mode 'mean'"]),
+    ("depth-zero", ["predict-rerank", "ss2.parquet", "--depth", "0"], None, ["--depth 0"]),
+]
+
+
+@pytest.mark.parametrize("args,setup,fragments", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_predict_rerank_bad_input(files, capsys, monkeypatch, args, setup, fragments):
+    from test_bad_input import tree
+
+    from rscale.cli import main
+    if setup is not None:
+        setup(files)
+    monkeypatch.chdir(files)
+    before = tree(files)
+    capsys.readouterr()
+    rc = main(list(args))
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in: {lines[0]}"
+    assert tree(files) == before

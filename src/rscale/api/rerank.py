@@ -91,7 +91,7 @@ def reranked_hardness(ss, est, *, tail: bool = True):
     return RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, grid, joint)
 
 
-def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=("mAP@1000", "R@1"), method: str = "evt",
+def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt",
                      mode: str = "expected", bootstrap: int = 1000, seed: int = 0) -> list[dict]:
     """The metric after reranking the first-stage top ``depth`` (K') at each gallery size in ``n``,
     predicted from sample stats that carry rerank scores (schema version 2).
@@ -100,7 +100,8 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=("mAP@1000"
     default parameters), the joint tail from the sample's reranked top candidates; the law is
     :mod:`rscale.core.rerank_law`. Per (measure, N) a row: the reranked value, its 95% query-bootstrap
     interval (``bootstrap`` resamples; 0 for none: it covers query-level noise only, not the
-    sample's), and the first-stage prediction of the same measure for comparison."""
+    sample's), and the first-stage prediction of the same measure for comparison. ``measures``
+    default to mAP@K' and R@1."""
     from rscale.core import prediction, rerank_law
     from rscale.core.estimators.methods import estimate
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
@@ -110,6 +111,7 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=("mAP@1000"
     ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
     if not isinstance(bootstrap, int) or bootstrap < 0:
         raise InvalidArgumentError(f"bootstrap must be a whole number >= 0, got {bootstrap!r}")
+    measures = measures or (f"mAP@{depth}", "R@1")
     parsed = [Measure.parse(m) if isinstance(m, str) else m for m in measures]
     sizes = [float(v) for v in (n if isinstance(n, (list, tuple)) else [n])]
     est = estimate(ss, method)

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import output_folder
+from rscale.cli.options import gallery_size, output_folder, positive_int
 
 
 def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor set (the first stage's queries)."),
@@ -43,4 +43,29 @@ def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor
     output.print_mapping(summary, fmt)
 
 
-COMMANDS = {"rerank": rerank}
+def predict_rerank(
+        sample_stats: Path = typer.Argument(..., help="Sample stats with rerank scores (schema version 2)."),
+        metric: Optional[list[str]] = typer.Option(None, "--metric", help="Measure(s) with a cut-off <= K': "
+                                                   "mAP@1000, R@1, Recall@100, MRR@1000 (default: mAP@K', R@1)."),
+        n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ... (at least K')."),
+        depth: int = typer.Option(1000, "--depth", help="K': first-stage candidates the reranker reorders."),
+        method: str = typer.Option("evt", help="First-stage hardness estimator (evt, evt-paper, count, ...)."),
+        mode: str = typer.Option("expected", help="expected (exact expectation) or plugin (counts at their centres)."),
+        bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the 95% CI (0: none)."),
+        fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV)):
+    """Predict the metric after reranking the top K' at any gallery size, from a reranked sample."""
+    from rscale import api
+    from rscale.cli.options import MAX_BOOTSTRAP
+
+    positive_int(depth, "--depth")
+    positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
+    sizes = [float(gallery_size(v)) for v in n]
+    rows = api.predict_reranked(sample_stats, n=sizes, depth=depth, measures=metric, method=method, mode=mode,
+                                bootstrap=bootstrap)
+    for row in rows:
+        row["N"] = row.pop("n")
+    output.print_rows(rows, fmt, ["measure", "N", "depth", "value", "ci_low", "ci_high", "first_stage", "method",
+                                  "mode"])
+
+
+COMMANDS = {"rerank": rerank, "predict-rerank": predict_rerank}
