@@ -166,6 +166,10 @@ def test_predict_rerank_command(files, capsys, monkeypatch):
         assert got["value"] == pytest.approx(w["value"]) and got["first_stage"] == pytest.approx(w["first_stage"])
     assert rows[1]["value"] < rows[0]["value"]            # a larger gallery is harder after reranking too
     assert main(argv) == 0 and "mAP@200" in capsys.readouterr().out     # the table
+    import pyarrow.parquet as pq           # first-stage stats alone stay schema version 1, v2 only with rerank
+    assert pq.read_schema(files / "ss1.parquet").metadata[b"rscale.schema_version"] == b"1"
+    assert pq.read_schema(files / "ss2.parquet").metadata[b"rscale.schema_version"] == b"2"
+    assert read_sample_stats(files / "ss1.parquet").top_rerank is None
 
 
 def _one_rerank_column(w):

@@ -246,7 +246,7 @@ def reranked_metric(h: RerankedHardness, metric: str, n: float, k: int | None = 
 
 def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, points: int = 48,
                             min_exceedances: int = 10, share: float = 0.25,
-                            shape: str = "shared") -> tuple[np.ndarray, np.ndarray]:
+                            shape: str = "own") -> tuple[np.ndarray, np.ndarray]:
     """:func:`joint_from_top` with a generalized-Pareto tail for the rerank scores of each top slice.
 
     The share of the slice's (the sample's top i) rerank scores at or above t_p is a count, but
@@ -256,8 +256,11 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
     threshold u get a GPD tail (:func:`rscale.core.tailfit.fit_gpd`, shape in [-1, 0]):
     rho(t) = (k_u / i) P(Y >= t - u) for t > u; at or below u the count is used. Evaluated at
     ``points`` slice sizes i (geometric in i; slices of at most ``min_exceedances`` use counts)
-    and made non-decreasing in w."""
+    and made non-decreasing in w. ``shape``: ``own`` (each query's fitted shape, the default),
+    ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0)."""
     from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi, gpd_logsf
+    if shape not in ("own", "shared", "exponential"):
+        raise InvalidArgumentError(f"shape must be own, shared or exponential, got {shape!r}")
     top = np.atleast_2d(np.asarray(top_rerank, np.float64))
     s = np.asarray(n_sampled, np.float64).reshape(-1)
     t = np.asarray(pos_rerank, np.float64)
@@ -276,13 +279,12 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
         if i > k_u:
             u = e[:, k_u]
             excess = e[:, :k_u] - u[:, None]
-            if shape == "exponential":
-                xi = np.zeros(q)
+            if shape == "own":
+                fit = fit_gpd(excess)
+                xi, sigma = fit.xi, fit.sigma
             else:
-                xi = fit_gpd(excess).xi
-                if shape == "shared":
-                    xi = np.full(q, float(np.median(xi)))
-            sigma = fit_sigma_given_xi(excess, np.maximum(xi, -1 + 1e-9)) if shape != "own" else fit_gpd(excess).sigma
+                xi = np.zeros(q) if shape == "exponential" else np.full(q, float(np.median(fit_gpd(excess).xi)))
+                sigma = fit_sigma_given_xi(excess, np.maximum(xi, -1 + 1e-9))
             beyond = t > u[pq]
             y = t[beyond] - u[pq][beyond]
             rho[beyond] = k_u / i * np.exp(gpd_logsf(y, xi[pq][beyond], sigma[pq][beyond]))
