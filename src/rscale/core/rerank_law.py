@@ -154,45 +154,60 @@ def _positions(t_survivors) -> np.ndarray:
     return pos
 
 
-def _given_m(metric, rho, jp, m, k, n_pos):
-    """Per-query metric given the survivors' positions jp (l,) and rho (l, nodes): (nodes,)."""
-    if metric in ("R", "RR"):
-        b = int(np.argmin(jp))
-        r = rho[b]
-        return _binomial_window_sum(r, np.ones_like(r), m, np.full(r.shape, k - 1), precision=metric == "RR")
-    j = np.broadcast_to(jp[:, None], rho.shape)
-    v = _binomial_window_sum(rho.ravel(), j.ravel(), m, (k - j).ravel(), precision=metric == "AP").reshape(rho.shape)
-    return v.sum(axis=0) / (min(k, n_pos) if metric == "AP" else n_pos)
+def _rho_rows(grid, joint_rows, qrow, w):
+    """rho for rows of the joint tail (query ``qrow`` each) at per-row points w (rows, points)."""
+    g = grid[qrow]                                                  # (rows, V)
+    wc = np.clip(w, g[:, 1:2] * 1e-9, g[:, -1:])
+    i = np.clip((g[:, None, :] <= wc[:, :, None]).sum(axis=2) - 1, 0, g.shape[1] - 2)
+    lo, hi = np.take_along_axis(g, i, axis=1), np.take_along_axis(g, i + 1, axis=1)
+    frac = (wc - lo) / (hi - lo)
+    gl, gh = np.take_along_axis(joint_rows, i, axis=1), np.take_along_axis(joint_rows, i + 1, axis=1)
+    return np.clip((gl * (1 - frac) + gh * frac) / wc, 0.0, 1.0)
 
 
-def _expected_query(h, q, metric, n, k, depth, nodes):
+def _expected_all(h, metric, n, k, depth, nodes):
+    """The expected mode for every query at once, one survivor count l at a time (m = K' - l is
+    shared by all queries at that level, so the Beta laws and Binomial sums are vectorised)."""
     from scipy.stats import beta, binom
-    a, b = h.offsets[q], h.offsets[q + 1]
-    x, t, joint, grid_q = h.x[a:b], h.rerank[a:b], h.joint[a:b], h.grid[q]
-    g = x.size
     ni = int(round(n))
-    total = 0.0
-    for l in range(1, min(g, depth) + 1):
+    n_pos = np.diff(h.offsets)
+    total = np.zeros(h.n_queries)
+    for l in range(1, min(int(n_pos.max()), depth) + 1):
         m = depth - l
-        xl, xn = x[l - 1], (x[l] if l < g else 1.0)
-        sf_l = float(beta.sf(xl, m + 1, ni - m))
-        sf_n = float(beta.sf(xn, m + 1, ni - m)) if l < g else 0.0
-        cont = max(sf_l - sf_n, 0.0)
-        ws, wts = [], []
-        if cont > 0:
-            s = sf_l - cont * (np.arange(nodes) + 0.5) / nodes
-            ws.append(np.clip(beta.isf(s, m + 1, ni - m), xl, xn))
-            wts.append(np.full(nodes, cont / nodes))
-        if l < g:
-            atom = float(binom.pmf(m, ni, xn))
-            if atom > 0:
-                ws.append(np.array([xn]))
-                wts.append(np.array([atom]))
-        if not ws:
-            continue
-        w, wt = np.concatenate(ws), np.concatenate(wts)
-        rho = _rho(grid_q, joint[:l], w)
-        total += float(np.dot(wt, _given_m(metric, rho, _positions(t[:l]), m, k, g)))
+        qs = np.flatnonzero(n_pos >= l)
+        start = h.offsets[qs]
+        last = n_pos[qs] == l
+        xl = h.x[start + l - 1]
+        xn = np.where(last, 1.0, h.x[np.minimum(start + l, h.x.size - 1)])
+        sf_l = beta.sf(xl, m + 1, ni - m)
+        sf_n = np.where(last, 0.0, beta.sf(xn, m + 1, ni - m))
+        cont = np.maximum(sf_l - sf_n, 0.0)
+        u = (np.arange(nodes) + 0.5) / nodes
+        w = np.clip(beta.isf(sf_l[:, None] - cont[:, None] * u[None, :], m + 1, ni - m), xl[:, None], xn[:, None])
+        w = np.where(np.isfinite(w), w, xn[:, None])                        # weightless nodes of an empty slice
+        atom = np.where(last, 0.0, binom.pmf(m, ni, xn))
+        w = np.concatenate([w, xn[:, None]], axis=1)                       # (Ql, nodes + 1)
+        wt = np.concatenate([np.repeat(cont[:, None] / nodes, nodes, axis=1), atom[:, None]], axis=1)
+        # survivors: the first l positives of each query, their positions among them by rerank score
+        rows = (start[:, None] + np.arange(l)[None, :]).ravel()
+        t = h.rerank[rows].reshape(-1, l)
+        first = np.arange(l)
+        above = (t[:, None, :] > t[:, :, None]) | ((t[:, None, :] == t[:, :, None]) & (first[None, None, :] < first[None, :, None]))
+        jp = 1.0 + above.sum(axis=2)                                         # (Ql, l)
+        qrow = np.repeat(qs, l)
+        if metric in ("R", "RR"):
+            best = rows.reshape(-1, l)[np.arange(qs.size), np.argmin(jp, axis=1)]
+            rho = _rho_rows(h.grid, h.joint[best], qs, w)                    # (Ql, nodes + 1)
+            val = _binomial_window_sum(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1),
+                                       precision=metric == "RR").reshape(rho.shape)
+        else:
+            rho = _rho_rows(h.grid, h.joint[rows], qrow, np.repeat(w, l, axis=0))   # (Ql * l, nodes + 1)
+            j = np.repeat(jp.reshape(-1, 1), w.shape[1], axis=1)
+            v = _binomial_window_sum(rho.ravel(), j.ravel(), m, (k - j).ravel(),
+                                     precision=metric == "AP").reshape(rho.shape)
+            norm = np.minimum(k, n_pos[qs]) if metric == "AP" else n_pos[qs]
+            val = v.reshape(qs.size, l, -1).sum(axis=1) / norm[:, None]
+        total[qs] += (wt * val).sum(axis=1)
     return total
 
 
@@ -235,7 +250,7 @@ def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None
             f"K'/N = {depth / n:.3g}: rerank more of the sample's top candidates, or ask for N >= {depth / reach[q]:.3g}")
     if mode == "plugin":
         return np.array([_plugin_query(h, q, metric, n, k, depth) for q in range(h.n_queries)])
-    return np.array([_expected_query(h, q, metric, n, k, depth, nodes) for q in range(h.n_queries)])
+    return _expected_all(h, metric, n, k, depth, nodes)
 
 
 def reranked_metric(h: RerankedHardness, metric: str, n: float, k: int | None = None, *, depth: int,
