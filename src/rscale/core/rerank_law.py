@@ -192,7 +192,8 @@ def _expected_all(h, metric, n, k, depth, nodes):
         rows = (start[:, None] + np.arange(l)[None, :]).ravel()
         t = h.rerank[rows].reshape(-1, l)
         first = np.arange(l)
-        above = (t[:, None, :] > t[:, :, None]) | ((t[:, None, :] == t[:, :, None]) & (first[None, None, :] < first[None, :, None]))
+        earlier = first[None, None, :] < first[None, :, None]             # ties: first-stage order
+        above = (t[:, None, :] > t[:, :, None]) | ((t[:, None, :] == t[:, :, None]) & earlier)
         jp = 1.0 + above.sum(axis=2)                                         # (Ql, l)
         qrow = np.repeat(qs, l)
         if metric in ("R", "RR"):
