@@ -11,6 +11,7 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
 - :mod:`rscale.api.config`: params.yaml sections (the one config reader)
 - :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
+- :mod:`rscale.api.rerank`: the OWLv2 crop reranker end to end, reranked metrics at any N
 - :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
 - :mod:`rscale.api.o2i_strata`: O2I stratification of a real (ILIAS-layout) benchmark's gains
 
@@ -31,6 +32,7 @@ _HOME = {
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "o2i_strata": ("stratify_by_o2i",),
     "querying": ("curve", "plot_curve", "query"),
+    "rerank": ("predict_reranked", "rerank", "rerank_settings", "reranked_hardness"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),

@@ -97,12 +97,10 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
     torch = _torch()
     import transformers
 
+    from rscale.producers.checkpoint import checkpoint_config
     path = Path(path)
+    cfg = checkpoint_config(path, what="backbone")
     cfg_file = path / "config.json"
-    if not cfg_file.exists():
-        raise FormatError("no config.json: not a transformers checkpoint directory", path=str(path),
-                          hint="download the weights once elsewhere (huggingface-cli download ...) and pass "
-                               "the local folder; rscale never downloads at run time")
     if preprocessing not in PREPROCESSINGS:
         raise InvalidArgumentError(f"preprocessing must be one of {', '.join(PREPROCESSINGS)}, got {preprocessing!r}")
     pre = path / "preprocessor_config.json"
@@ -115,14 +113,10 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
         if resolution is not None:
             raise InvalidArgumentError("the checkpoint's image processor sets the input size: pass a resolution "
                                        "only with preprocessing 'resize'")
-    cfg = json.loads(cfg_file.read_text())
     model_type = cfg.get("model_type", "")
     if model_type not in _CLASSES:
         raise InvalidArgumentError(f"unsupported backbone type {model_type!r} in {cfg_file} "
                                    f"(supported: {', '.join(sorted(_CLASSES))})")
-    if not any((path / n).exists() for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
-        raise FormatError("no weights file (model.safetensors or pytorch_model.bin)", path=str(path),
-                          hint="copy the checkpoint's weights into this folder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     cls = getattr(transformers, _CLASSES[model_type])
