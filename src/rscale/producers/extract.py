@@ -257,7 +257,7 @@ def open_image(path, box=None):
 
 
 @contextmanager
-def _quiet_loading(quiet: bool):
+def quiet_weight_loading(quiet: bool):
     """transformers' own "Loading weights" bar off while ``quiet`` (``--no-progress``)."""
     from transformers.utils import logging as tf_logging
 
@@ -286,7 +286,7 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    with _quiet_loading(not progress):
+    with quiet_weight_loading(not progress):
         bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

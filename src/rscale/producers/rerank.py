@@ -373,12 +373,11 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                           hint="pass the gallery folder or mapping the first stage scored")
     qrel_pairs = _read_qrels(qrels) if qrels is not None else None
 
-    import transformers
-    transformers.utils.logging.disable_progress_bar()      # no weight-loading bars: ours report the work
-    det = load_detector(detector_dir, params.resolution, device)
+    with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
+        det = load_detector(detector_dir, params.resolution, device)
+        bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
     meta = qset.manifest
     pooling = pooling or meta.get("pooling", "cls")
-    bb = ex.load_backbone(backbone_dir, resolution or meta.get("resolution"), device, inference=True)
     backbone_digest = weights_digest(backbone_dir)
     if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
         raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
