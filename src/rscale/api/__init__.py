@@ -9,6 +9,7 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
+- :mod:`rscale.api.real_backbones`: a params.yaml ``real_backbones`` entry (the DVC pipeline's real backbones)
 - :mod:`rscale.api.config`: params.yaml sections (the one config reader)
 - :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
 - :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
@@ -29,6 +30,7 @@ _HOME = {
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "querying": ("curve", "plot_curve", "query"),
+    "real_backbones": ("extract_real_backbone", "load_real_backbone"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
