@@ -240,6 +240,7 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
                               (dict(score__fraction=1.5), r"fraction must lie in \(0, 1\]"),
                               (dict(score__k=0), "score.k must be a whole number >= 1"),
                               (dict(backbone__pooling="max"), "pooling must be one of"),
+                              (dict(queries__intervention="msa", backbone__pooling="mean"), "msa .* with pooling cls"),
                               (dict(backbone__model="mobilenet_v2_imagenet"), "is a builtin name: give a checkpoint"),
                               (dict(images__bogus=1), r"unknown key\(s\) \['bogus'\]")):
         write(**override)

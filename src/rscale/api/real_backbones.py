@@ -149,6 +149,15 @@ def load_real_backbone(config, name: str) -> RealBackbone:
                 f"{b['model']} written by examples/real_backbone_inputs.py)" if b["model"] in BUILTIN_BACKBONES else "")
         raise FormatError(f"{_where(name)}.backbone.model: no transformers checkpoint (config.json) at {model}{hint}",
                           path=str(config))
+    if intervention == "msa":
+        import json
+
+        from rscale.api.o2i import CLS_FAMILY
+        model_type = str(json.loads((model / "config.json").read_text()).get("model_type", ""))
+        if pooling != "cls" or model_type not in CLS_FAMILY:
+            raise FormatError(f"{_where(name)}.queries.intervention msa masks the CLS token's attention: it needs a "
+                              f"ViT-family backbone ({', '.join(CLS_FAMILY)}) with pooling cls, got {model_type} "
+                              f"with pooling {pooling}", path=str(config))
     return RealBackbone(name, model, pooling, preprocessing, resolution,
                         whole("backbone", "batch_size", b.get("batch_size", 32), 1), layout, path(im["root"]),
                         path(im["distractors"]), intervention, crop, float(fraction), whole("score", "k", s["k"], 1),
