@@ -258,3 +258,43 @@ def test_scored_backbone_names_the_query_intervention():
     assert scored_backbone({"intervention": "none"}, {"backbone": "vit"}) == "vit"
     assert scored_backbone({"intervention": "gp"}, {"backbone": "vit"}) == "vit-gp"
     assert scored_backbone({}, {}) == "unknown"         # simulated sets record no intervention
+
+
+def test_the_commented_example_in_params_yaml_is_a_valid_entry(tmp_path):
+    # the README's ready example lives commented out under `real_backbones: {}`: uncommented, it
+    # must read as an entry (its checkpoint folder is what the stage real_example writes)
+    from rscale.api.real_backbones import load_real_backbone
+
+    lines = (ROOT / "params.yaml").read_text().splitlines()
+    start = lines.index("# real_backbones:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#"):
+            break
+        block.append(line[2:])
+    cfg = yaml.safe_load("\n".join(block))
+    (name, e), = cfg["real_backbones"].items()
+    tiny_vit(tmp_path / e["backbone"]["model"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg))
+    got = load_real_backbone(tmp_path / "params.yaml", name)
+    assert (got.name, got.pooling, got.layout, got.fraction) == ("mobilenet_v2_photos", "pooled", "ilias", 0.5)
+    assert got.root == tmp_path / "out" / "examples" / "photos" / "instances"
+
+
+def test_the_example_photo_set_is_an_ilias_tree_with_distractors(tmp_path):
+    import importlib.util
+
+    pytest.importorskip("skimage")
+    from rscale.producers.extract import ilias_layout, image_items
+
+    spec = importlib.util.spec_from_file_location("real_backbone_inputs", ROOT / "examples" / "real_backbone_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts = module.write_photo_set(tmp_path)
+    queries, positives, qrels = ilias_layout(tmp_path / "instances")
+    distractors = image_items(tmp_path / "distractors")
+    assert (len(queries), len(positives), len(qrels), len(distractors)) == (32, 96, 96, 400)
+    assert counts == {"instances": 32, "positives": 96, "distractors": 400}
+    # no distractor is cut from a photo that gives an instance
+    assert not {d.split("-")[0] for d, *_ in distractors} & set(module.INSTANCE_PHOTOS)
+    assert max(max(Image.open(p).size) for _, p, _ in distractors[:20]) <= module.MAX_SIDE
