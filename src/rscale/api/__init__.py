@@ -9,6 +9,7 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
+- :mod:`rscale.api.real_backbones`: a params.yaml ``real_backbones`` entry (the DVC pipeline's real backbones)
 - :mod:`rscale.api.config`: params.yaml sections (the one config reader)
 - :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
 - :mod:`rscale.api.rerank`: the OWLv2 crop reranker end to end, reranked metrics at any N
@@ -32,6 +33,7 @@ _HOME = {
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "o2i_strata": ("stratify_by_o2i",),
     "querying": ("curve", "plot_curve", "query"),
+    "real_backbones": ("extract_real_backbone", "load_real_backbone"),
     "rerank": ("predict_reranked", "rerank", "rerank_settings", "reranked_hardness"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),

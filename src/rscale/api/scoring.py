@@ -27,6 +27,15 @@ def read_qrels(path) -> dict:
     return out
 
 
+def scored_backbone(queries_manifest: dict, distractors_manifest: dict) -> str:
+    """The name of the system a scoring run evaluates: the distractor set's backbone, plus
+    ``-<intervention>`` when the queries were extracted under a query-side intervention (``gp``,
+    ``msa``), so the registry keeps baseline and intervention apart (``dinov2-gp``)."""
+    name = str(distractors_manifest.get("backbone", "unknown"))
+    intervention = str(queries_manifest.get("intervention", "none") or "none")
+    return name if intervention == "none" else f"{name}-{intervention}"
+
+
 def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True) -> dict:
@@ -114,7 +123,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     ss, report = score_shards(
         queries, (shard_chunks(i, v, ds.root / s["vectors"]) for (i, v), s in zip(shards, ds.manifest["shards"])),
         k=k, backend=backend,
-        meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
+        meta={**(meta or {}), "backbone": scored_backbone(qs.manifest, ds.manifest),
               "distractor_source": ds.manifest.get("source", str(distractors_dir)),
               "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
               **{f"input_{name}": d for name, d in inputs.items()},
@@ -216,16 +225,7 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
         pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
                        out / "qrels.parquet")
         return {"queries": qs.count, "positives": ps.count, "qrels": len(qrels), "written": str(out)}
-    src = Path(images)
-    exts = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
-    if src.is_dir():
-        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in exts)
-        items = [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
-    elif src.is_file():
-        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
-        items = [(str(p.with_suffix("")), p, None) for p in paths]
-    else:
-        raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
+    items = ex.image_items(images)
     if make and role != "queries":
         raise InvalidArgumentError("interventions apply to queries only (the gallery index is never touched)")
     ds = ex.extract(items, model_dir, out, role=role, intervention=make() if make else None, **kw)

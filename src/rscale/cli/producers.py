@@ -35,6 +35,20 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
     output.print_mapping(summary, fmt)
 
 
+def extract_backbone(name: str = typer.Argument(..., help="The entry's name under real_backbones: in params.yaml."),
+                     part: str = typer.Option(..., "--part", help="gallery (positives, distractors, qrels) or queries."),
+                     out: Path = typer.Option(..., "--out", "-o", help="Output folder."),
+                     config: Path = typer.Option(Path("params.yaml"), "--config", help="params.yaml with the entry."),
+                     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+                     fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Extract a params.yaml `real_backbones` entry's gallery or queries (the DVC stages real_gallery, real_queries)."""
+    from rscale.api.real_backbones import extract_real_backbone
+
+    output_folder(out)
+    summary = extract_real_backbone(config, name, part=part, out=out, progress=progress)
+    output.print_mapping(summary, fmt)
+
+
 def make_descriptors(
         out: Path = typer.Option(..., "--out", "-o", help="Folder for queries/, positives/, distractors/, qrels.parquet."),
         instances: int = typer.Option(200, help="Object instances (one query each)."),
@@ -78,4 +92,5 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
         output.warn(summary["drift"])
 
 
-COMMANDS = {"extract": extract, "make-descriptors": make_descriptors, "score": score}
+COMMANDS = {"extract": extract, "extract-backbone": extract_backbone, "make-descriptors": make_descriptors,
+            "score": score}

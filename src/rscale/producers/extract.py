@@ -344,6 +344,23 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     return ds
 
 
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+
+
+def image_items(src) -> list:
+    """(id, path, None) items of an image folder (every image below it, sorted; id = the path
+    relative to the folder, without suffix) or of a list file (one path per line; id = the path as
+    written, without suffix)."""
+    src = Path(src)
+    if src.is_dir():
+        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        return [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
+    if src.is_file():
+        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
+        return [(str(p.with_suffix("")), p, None) for p in paths]
+    raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
+
+
 def ilias_layout(root, crop_queries: bool = False):
     """Queries and positives of an ILIAS-style folder: ``<instance>/query/*.jpg`` (with optional
     ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg`` (rscale.store.ilias_layout,
