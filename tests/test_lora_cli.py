@@ -235,6 +235,19 @@ def test_lineage_from_an_o2i_output_flags_objects_the_adapter_was_trained_on(tmp
     assert walk["trained_on_evaluated_objects"] == sorted(split["train"]) and len(split["train"]) == 2
 
 
+def test_lora_pipeline_lists_every_lora_parameter_and_the_code_it_runs():
+    """A new key in params.yaml's lora: section must rerun train_lora: the stage lists each one dotted."""
+    stage = yaml.safe_load((ROOT / "pipelines" / "lora" / "dvc.yaml").read_text())["stages"]["train_lora"]
+    (listed,) = [p["params.yaml"] for p in stage["params"]]
+    section = yaml.safe_load((ROOT / "params.yaml").read_text())["lora"]
+    assert sorted(listed) == sorted(f"lora.{k}" for k in section)
+    code = {d for d in stage["deps"] if d.startswith("src/")}
+    assert {"src/rscale/api/lora.py", "src/rscale/cli/lora.py", "src/rscale/producers/lora.py",
+            "src/rscale/producers/lora_data.py"} <= code and all((ROOT / d).exists() for d in code)
+    root = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert "train_lora" not in root                  # off the default `dvc repro` path (make demo)
+
+
 @pytest.mark.slow
 def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     """`dvc repro pipelines/lora/dvc.yaml` with the repository's pipeline file and tiny params; the
