@@ -76,6 +76,28 @@ def test_train_lora_reads_params_yaml_with_cli_overrides(tmp_path, capsys):
     assert ex.load_backbone(out / "model").model_type == "vit"
 
 
+@pytest.mark.slow
+def test_the_same_training_gives_the_same_digests_in_any_process(tmp_path):
+    """Regression: peft writes adapter_config.json's target_modules in set (hash) order, so two
+    processes with other PYTHONHASHSEEDs wrote different adapter (and merged) digests."""
+    base, imgs = save(tmp_path, "mobilenet"), draw_images(tmp_path, n=4)     # 3 targets: 6 orders
+    digests = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / f"out{seed}"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run([sys.executable, "-m", "rscale.cli", "train-lora", "--config", str(config(tmp_path)),
+                               "--base", str(base), "--data", str(imgs), "--out", str(out), "--steps", "2",
+                               "--no-progress", "--format", "json"], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        digests.append((got["adapter_sha256"], got["merged_weights"]))
+    assert len(set(digests)) == 1, digests
+    targets = json.loads((tmp_path / "out1" / "adapter" / "adapter_config.json").read_text())["target_modules"]
+    assert targets == sorted(lora.TARGETS["mobilenet_v2"][0])
+
+
 @pytest.mark.parametrize("case", ["targets", "rank", "no_weights", "unreadable", "other_base", "unknown_key",
                                   "no_data", "out_is_file"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):

@@ -231,7 +231,8 @@ def _walk_model(digest: str, folder: Path | None, embedded: dict | None, roots=(
     if result["training_list"]["path"]:
         rows = [ln.split("\t") for ln in listing.read_text().splitlines()[1:] if ln]
         result["training_list"]["images"] = len(rows)
-        result["training_list"]["first"] = [r[2] if len(r) > 2 else r[0] for r in rows[:3]]
+        result["training_list"]["first"] = [os.path.normpath(train_dir / r[2]) if len(r) > 2 else r[0]
+                                            for r in rows[:3]]
     if made.get("split_sha256"):
         split_file = train_dir / "split.json" if train_dir is not None else None
         result["split"] = _check({"sha256": made["split_sha256"]}, split_file,

@@ -42,6 +42,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -239,13 +240,14 @@ def _pooling(bb, params: LoraParams) -> str:
     return pooling
 
 
-def _quiet_load(load, *args, **kwargs):
-    """``load(...)`` without transformers' weight-loading progress bar (a refused run prints one line)."""
+@contextmanager
+def _no_hf_progress():
+    """Without transformers' loading / writing progress bars (a refused run prints one line)."""
     from transformers.utils import logging as hf_logging
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return load(*args, **kwargs)
+        yield
     finally:
         if shown:
             hf_logging.enable_progress_bar()
@@ -259,7 +261,10 @@ def adapt(bb, params: LoraParams):
     torch.manual_seed(int(params.seed))                        # the A matrices' initialisation
     config = peft.LoraConfig(r=int(params.rank), lora_alpha=float(params.alpha), lora_dropout=float(params.dropout),
                              target_modules=list(targets), bias="none")
-    bb.model = peft.get_peft_model(bb.model, config)
+    import warnings
+    with warnings.catch_warnings():            # peft asks transformers 5 a deprecated question; not ours to fix
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        bb.model = peft.get_peft_model(bb.model, config)
     bb.model.eval()
     return targets
 
@@ -388,7 +393,8 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
         paths = lora_data.image_paths(images)
 
     # Everything that can refuse the run comes before the first write.
-    bb = _quiet_load(load_backbone, base_dir, params.resolution, device, dtype=torch.float32)
+    with _no_hf_progress():
+        bb = load_backbone(base_dir, params.resolution, device, dtype=torch.float32)
     pooling = _pooling(bb, params)
     mask = bool(params.mask and pooling == "cls" and bb.prefix_tokens > 0)
     pictures = lora_data.training_images(paths)
@@ -449,8 +455,9 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
                 print(f"step {step + 1}/{params.steps} loss {log[-1][1]:.5f} lr {lr:.2e}", flush=True)
             if (step + 1) % params.checkpoint_every == 0 or step + 1 == params.steps:
                 save_checkpoint(out_dir / "checkpoints", model, optimizer, step + 1, identity, log)
-        manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split,
-                                  list(zip(list_lines, paths)))
+        with _no_hf_progress():
+            manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split,
+                                      list(zip(list_lines, paths)))
         run.output("merged_weights", manifest["merged_weights"])
         run.output("adapter", manifest["adapter"])
         run.metric("final_loss", log[-1][1])
@@ -462,7 +469,16 @@ def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log
     (each folder atomic)."""
     from rscale.producers.lineage import digest_file, weights_digest
 
-    _atomic_dir(out_dir / "adapter", lambda tmp: model.save_pretrained(tmp))
+    def write_adapter(tmp):
+        model.save_pretrained(tmp)
+        # peft keeps target_modules as a set and writes it in hash order, which differs from process
+        # to process (PYTHONHASHSEED): sorted, the same training gives the same adapter digest
+        config = tmp / "adapter_config.json"
+        cfg = json.loads(config.read_text())
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        config.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    _atomic_dir(out_dir / "adapter", write_adapter)
     adapter_digest = weights_digest(out_dir / "adapter")
     (out_dir / "train_log.tsv").write_text("step\tloss\tlr\n" + "".join(f"{s}\t{l:.8g}\t{r:.8g}\n" for s, l, r in log))
     listing = [f"{line}\t{os.path.relpath(Path(p).resolve(), out_dir.resolve())}"
