@@ -99,7 +99,7 @@ def test_the_same_training_gives_the_same_digests_in_any_process(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["targets", "rank", "no_weights", "unreadable", "other_base", "unknown_key",
-                                  "no_data", "out_is_file"])
+                                  "no_data", "out_is_file", "unreadable_before_converting"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
     base, imgs = save(tmp_path, "vit"), draw_images(tmp_path, n=4)
     argv = ["train-lora", "--config", str(config(tmp_path)), "--base", str(base), "--data", str(imgs),
@@ -109,7 +109,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
             "no_weights": "no weights file", "unreadable": "1 of 5 training images cannot be read: .*broken.png",
             "other_base": "was trained from base weights sha256:.*this base model is sha256:",
             "unknown_key": r"unknown lora parameter\(s\) \['ranks'\]",
-            "no_data": "no training data", "out_is_file": "is a file"}[case]
+            "no_data": "no training data", "out_is_file": "is a file",
+            "unreadable_before_converting": "1 of 5 training images cannot be read"}[case]
     if case == "targets":
         argv += ["--targets", "attn_q"]
     elif case == "rank":
@@ -131,6 +132,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
         argv = [a for a in argv if a not in ("--data", str(imgs))]
     elif case == "out_is_file":
         (tmp_path / "out").write_text("x")
+    elif case == "unreadable_before_converting":          # the builtin base would be converted into place
+        (imgs / "broken.png").write_bytes(b"not an image")
+        argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
     before = files_under(tmp_path)
     capsys.readouterr()
     assert main(argv) == 2

@@ -139,6 +139,11 @@ def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage:
         rs = read_render_set(renders)
         split = lora_data.split_objects(rs.object_ids, config.evaluation, seed=config.split_seed)
         images = None
+    if not Path(config.base).exists():
+        # the builtin base is converted into place below: check the training images first, so a
+        # refused run writes nothing (the trainer checks everything else before its first write)
+        lora_data.training_images(lora_data.render_set_paths(rs, split) if rs is not None
+                                  else lora_data.image_paths(images))
     base = resolve_base(config.base)
     res = lora.train_lora(base, images, out, config.params, render_set=rs, split=split, resume_from=resume,
                           lineage=lineage, progress=progress)
