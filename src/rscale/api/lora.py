@@ -162,9 +162,9 @@ def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage:
 # ---------------------------------------------------------------- lineage
 
 def _split_digest(split: dict) -> str:
+    """The digest train_lora records for a split.json (``side<TAB>object`` lines)."""
     from rscale.store.hashing import digest_lines
-    return digest_lines(f"{side}\t{o}" for side, key in (("train", "train"), ("evaluation", "evaluation"))
-                        for o in split.get(key, []))
+    return digest_lines(f"{side}\t{o}" for side in ("train", "evaluation") for o in split.get(side, []))
 
 
 def _find_models(roots, digest: str) -> Path | None:
