@@ -218,7 +218,7 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     for name, command in group.commands.items():   # sub-apps (rscale o2i run): their commands
         subs = command.commands if isinstance(command, click.Group) else {"": command}
         commands.update({f"{name} {sub}".strip(): c for sub, c in subs.items()})
-    assert "o2i run" in commands
+    assert "o2i run" in commands and "o2i stratify" in commands
     for name, command in commands.items():
         fmt = [p for p in command.params if "--format" in p.opts]
         if name == "report":                      # markdown or HTML by the --out suffix

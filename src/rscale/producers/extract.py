@@ -38,6 +38,7 @@ patches masked out of the CLS token's attention).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,6 +262,21 @@ def open_image(path, box=None):
     return im.crop(tuple(int(round(b)) for b in box)) if box is not None else im
 
 
+@contextmanager
+def _quiet_loading(quiet: bool):
+    """transformers' own "Loading weights" bar off while ``quiet`` (``--no-progress``)."""
+    from transformers.utils import logging as tf_logging
+
+    was = tf_logging.is_progress_bar_enabled()
+    if quiet and was:
+        tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was:
+            tf_logging.enable_progress_bar()
+
+
 def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
             batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
             meta: dict | None = None, lineage: bool = True, preprocessing: str = "auto"):
@@ -276,7 +292,8 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
+    with _quiet_loading(not progress):
+        bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = getattr(intervention, "name", "none") if intervention else "none"
@@ -339,34 +356,28 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
 
 def ilias_layout(root, crop_queries: bool = False):
     """Queries and positives of an ILIAS-style folder: ``<instance>/query/*.jpg`` (with optional
-    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg``.
+    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg`` (rscale.store.ilias_layout,
+    docs/formats.md).
 
     Returns (queries, positives, qrels): item triples (id, path, box or None) and
-    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box.
+    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box (checked
+    against the image: a box outside it is a FormatError naming the file).
     """
-    root = Path(root)
+    from rscale.store import ilias_layout as layout
+
     queries, positives, qrels = [], [], []
-    for inst in sorted(p for p in root.iterdir() if p.is_dir()):
-        qdir, pdir = inst / "query", inst / "pos"
-        if not qdir.is_dir() or not pdir.is_dir():
-            continue
+    for inst in layout.instances(root):
         pos_ids = []
-        for img in sorted(pdir.glob("*.jpg")) + sorted(pdir.glob("*.png")):
-            pid = f"{inst.name}/pos/{img.stem}"
+        for img in inst.positives:
+            pid = layout.item_id(inst.name, "pos", img)
             positives.append((pid, img, None))
             pos_ids.append(pid)
-        for img in sorted(qdir.glob("*.jpg")) + sorted(qdir.glob("*.png")):
+        for img in inst.queries:
             box = None
-            bbox_file = img.with_name(f"{img.stem}_bbox.txt")
+            bbox_file = layout.box_path(img)
             if crop_queries and bbox_file.exists():
-                nums = bbox_file.read_text().replace(",", " ").split()
-                if len(nums) != 4:
-                    raise FormatError("expected 4 numbers x1 y1 x2 y2", path=str(bbox_file))
-                box = tuple(float(n) for n in nums)
-            qid = f"{inst.name}/query/{img.stem}"
+                box = layout.read_box(bbox_file, layout.image_size(img))
+            qid = layout.item_id(inst.name, "query", img)
             queries.append((qid, img, box))
             qrels += [(qid, p) for p in pos_ids]
-    if not queries:
-        raise FormatError("no <instance>/query/*.jpg found", path=str(root),
-                          hint="the ILIAS layout is <instance>/query/*.jpg and <instance>/pos/*.jpg")
     return queries, positives, qrels
