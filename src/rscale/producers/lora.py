@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -240,19 +239,6 @@ def _pooling(bb, params: LoraParams) -> str:
     return pooling
 
 
-@contextmanager
-def _no_hf_progress():
-    """Without transformers' loading / writing progress bars (a refused run prints one line)."""
-    from transformers.utils import logging as hf_logging
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
-
-
 def adapt(bb, params: LoraParams):
     """Wrap ``bb.model`` in a peft LoRA model (in place: ``bb.model`` becomes the PeftModel)."""
     torch, peft = _modules()
@@ -378,7 +364,7 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
     """
     torch, _ = _modules()
     from rscale.producers import lora_data
-    from rscale.producers.extract import load_backbone, to_pixels
+    from rscale.producers.extract import _quiet_loading, load_backbone, to_pixels
     from rscale.producers.lineage import digest_lines, producer_run, weights_digest
 
     params = params if isinstance(params, LoraParams) else LoraParams.from_dict(params)
@@ -393,7 +379,7 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
         paths = lora_data.image_paths(images)
 
     # Everything that can refuse the run comes before the first write.
-    with _no_hf_progress():
+    with _quiet_loading(True):                 # transformers' progress bars: a refused run prints one line
         bb = load_backbone(base_dir, params.resolution, device, dtype=torch.float32)
     pooling = _pooling(bb, params)
     mask = bool(params.mask and pooling == "cls" and bb.prefix_tokens > 0)
@@ -455,7 +441,7 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
                 print(f"step {step + 1}/{params.steps} loss {log[-1][1]:.5f} lr {lr:.2e}", flush=True)
             if (step + 1) % params.checkpoint_every == 0 or step + 1 == params.steps:
                 save_checkpoint(out_dir / "checkpoints", model, optimizer, step + 1, identity, log)
-        with _no_hf_progress():
+        with _quiet_loading(True):
             manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split,
                                       list(zip(list_lines, paths)))
         run.output("merged_weights", manifest["merged_weights"])
