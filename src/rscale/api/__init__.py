@@ -15,6 +15,8 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.rerank`: the OWLv2 crop reranker end to end, reranked metrics at any N
 - :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
 - :mod:`rscale.api.o2i_strata`: O2I stratification of a real (ILIAS-layout) benchmark's gains
+- :mod:`rscale.api.lora`: the O2I LoRA fine-tune (train, merge) and the walk from an artifact back to
+  the base weights, adapter and training images of the backbone that made it
 
 The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
@@ -30,6 +32,7 @@ _HOME = {
     "config": ("estimator_from_config", "load_config"),
     "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
+    "lora": ("load_lora_config", "model_lineage", "train_lora"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "o2i_strata": ("stratify_by_o2i",),
     "querying": ("curve", "plot_curve", "query"),

@@ -45,6 +45,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     the nested uniform sample {id : hash(seed, id) < fraction}. Shards are scored separately and
     merged, with the shard-to-shard drift check.
     """
+    import json
     import math
     import time
 
@@ -127,7 +128,10 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
               "distractor_source": ds.manifest.get("source", str(distractors_dir)),
               "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
               **{f"input_{name}": d for name, d in inputs.items()},
-              "weights_sha256": ds.manifest.get("weights_sha256", "")})
+              "weights_sha256": ds.manifest.get("weights_sha256", ""),
+              # a LoRA-merged backbone's base weights, adapter and training list (producers.lora)
+              **({"model_lineage": json.dumps(ds.manifest["model_lineage"], sort_keys=True)}
+                 if ds.manifest.get("model_lineage") else {})})
     secs = time.perf_counter() - t
     with producer_run("score", params, inputs, enabled=lineage) as run:
         write_sample_stats(ss, out)

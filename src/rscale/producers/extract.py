@@ -301,6 +301,10 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
               "intervention": name,
               "intervention_params": getattr(intervention, "params", {}) if intervention else {},
               "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
+    from rscale.producers.lora import merged_lineage
+    made_from = merged_lineage(model_dir)
+    if made_from is not None:                  # a LoRA-merged checkpoint: what it was trained from
+        record["model_lineage"] = made_from
 
     def shard_blocks():
         from rich.progress import Progress
