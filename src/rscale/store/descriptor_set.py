@@ -143,29 +143,38 @@ class DescriptorSet:
 
     def verify(self) -> list[str]:
         """Shard files whose digest differs from the manifest (empty when all are intact)."""
+        return [name for i in range(len(self.manifest["shards"])) for name in self.verify_shard(i)]
+
+    def verify_shard(self, index: int) -> list[str]:
+        """The files of shard ``index`` whose digest differs from the manifest."""
+        s = self.manifest["shards"][index]
         bad = []
-        for s in self.manifest["shards"]:
-            for key, digest in (("vectors", s["sha256_vectors"]), ("ids", s["sha256_ids"])):
-                p = self.root / s[key]
-                if not p.exists() or sha256_file(p) != digest:
-                    bad.append(s[key])
+        for key, digest in (("vectors", s["sha256_vectors"]), ("ids", s["sha256_ids"])):
+            p = self.root / s[key]
+            if not p.exists() or sha256_file(p) != digest:
+                bad.append(s[key])
         return bad
+
+    def shard(self, index: int):
+        """(ids, vectors) of shard ``index``; vectors memory-mapped in their stored dtype."""
+        import pyarrow.parquet as pq
+        s = self.manifest["shards"][index]
+        vec_path = self.root / s["vectors"]
+        try:
+            vectors = np.load(vec_path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"corrupt shard ({exc})", path=str(vec_path),
+                              hint="run DescriptorSet.verify() and re-extract the shard") from None
+        if vectors.shape != (s["count"], self.dim):
+            raise FormatError(f"shard has shape {vectors.shape}, manifest says ({s['count']}, {self.dim})",
+                              path=str(vec_path), hint="re-extract the shard")
+        ids = pq.read_table(self.root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
+        return ids, vectors
 
     def shards(self):
         """Yield (ids, vectors) per shard; vectors memory-mapped in their stored dtype."""
-        import pyarrow.parquet as pq
-        for s in self.manifest["shards"]:
-            vec_path = self.root / s["vectors"]
-            try:
-                vectors = np.load(vec_path, mmap_mode="r")
-            except (OSError, ValueError) as exc:
-                raise FormatError(f"corrupt shard ({exc})", path=str(vec_path),
-                                  hint="run DescriptorSet.verify() and re-extract the shard") from None
-            if vectors.shape != (s["count"], self.dim):
-                raise FormatError(f"shard has shape {vectors.shape}, manifest says ({s['count']}, {self.dim})",
-                                  path=str(vec_path), hint="re-extract the shard")
-            ids = pq.read_table(self.root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
-            yield ids, vectors
+        for i in range(len(self.manifest["shards"])):
+            yield self.shard(i)
 
     def chunks(self, chunk: int = 16384, keep=None):
         """Yield float32 blocks of at most ``chunk`` rows; ``keep(ids) -> mask`` filters rows
