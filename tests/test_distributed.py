@@ -130,3 +130,82 @@ def test_engine_input_errors_are_one_line(sets, tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err.strip()
         assert "pip install 'rscale[distributed]'" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "ss.parquet").exists() and not (tmp_path / "x").exists()
+
+
+# ---- extraction on Ray Data ---------------------------------------------------------------------------
+
+def _tiny_vit(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    m = transformers.ViTModel(transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                     intermediate_size=64, image_size=32, patch_size=8))
+    m.save_pretrained(tmp_path / "vit")
+    return tmp_path / "vit"
+
+
+def _images(folder, n, seed=0):
+    from PIL import Image
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        arr = (rng.random((40, 48, 3)) * 90).astype(np.uint8)
+        x, y, s = rng.integers(0, 24), rng.integers(0, 20), rng.integers(8, 20)
+        arr[y:y + s, x:x + s] = rng.integers(100, 255, 3)
+        Image.fromarray(arr).save(folder / f"im{i:02d}.png")
+    return folder
+
+
+def _without_digests(manifest):
+    return {**manifest, "shards": [{k: v for k, v in s.items() if not k.startswith("sha256")}
+                                   for s in manifest["shards"]]}
+
+
+def test_ray_data_extraction_writes_the_local_sets(ray_local, tmp_path, capsys):
+    model = _tiny_vit(tmp_path)
+    imgs = _images(tmp_path / "imgs", 11)
+    local = api.extract(imgs, model, out=tmp_path / "local", batch_size=4, shard_size=4, progress=False)
+    capsys.readouterr()
+    assert main(["extract", str(imgs), "--model", str(model), "-o", str(tmp_path / "ray"), "--batch-size", "4",
+                 "--shard-size", "4", "--engine", "ray", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["engine"] == "ray" and summary["distractors"] == local["distractors"] == 11
+    assert summary["actors"] * summary["threads_per_actor"] <= 2
+    a, b = DescriptorSet.open(tmp_path / "local"), DescriptorSet.open(tmp_path / "ray")
+    assert _without_digests(b.manifest) == _without_digests(a.manifest)        # same recipe, shards, meta
+    assert (tmp_path / "ray" / "recipe.json").read_text() == (tmp_path / "local" / "recipe.json").read_text()
+    np.testing.assert_array_equal(b.ids(), a.ids())
+    va = np.concatenate([np.asarray(v) for _, v in a.shards()])
+    vb = np.concatenate([np.asarray(v) for _, v in b.shards()])
+    np.testing.assert_allclose(vb, va, atol=1e-5)
+    # resume: the manifest and one shard lost, as after a crash; only that shard goes to Ray again
+    (tmp_path / "ray" / "manifest.json").unlink()
+    (tmp_path / "ray" / "shard-00001.npy").unlink()
+    again = api.extract(imgs, model, out=tmp_path / "ray", batch_size=4, shard_size=4, progress=False, engine="ray")
+    assert again["shards_extracted"] == 1
+    c = DescriptorSet.open(tmp_path / "ray")
+    assert _without_digests(c.manifest) == _without_digests(a.manifest)
+    np.testing.assert_allclose(np.concatenate([np.asarray(v) for _, v in c.shards()]), va, atol=1e-5)
+
+
+def test_actor_sets_torch_threads_to_its_cpus(tmp_path):
+    from rscale.distributed.extraction import BatchEmbedder
+    model = _tiny_vit(tmp_path)
+    import torch
+    before = torch.get_num_threads()
+    try:
+        one = BatchEmbedder(str(model), resolution=None, preprocessing="auto", pooling="cls", intervention=None,
+                            threads=1, device="cpu")
+        assert one.threads == 1 == torch.get_num_threads()
+        imgs = _images(tmp_path / "imgs", 3)
+        batch = {"id": np.array(["a", "b", "c"]), "path": np.array([str(p) for p in sorted(imgs.iterdir())]),
+                 "box": np.array(["", "0,0,20,20", ""])}
+        out = one(batch)
+        assert out["vector"].shape == (3, 32) and list(out["id"]) == ["a", "b", "c"]
+        from rscale.producers import extract as ex
+        bb = ex.load_backbone(model, inference=True)
+        ims = [ex.open_image(p) for p in sorted(imgs.iterdir())]
+        ims[1] = ims[1].crop((0, 0, 20, 20))
+        np.testing.assert_allclose(out["vector"], ex.embed(bb, ex.to_pixels(bb, ims)), atol=1e-5)
+    finally:
+        torch.set_num_threads(before)

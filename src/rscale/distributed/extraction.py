@@ -98,7 +98,7 @@ def extract_on_ray(ray, items, model_dir, out_dir, *, role: str, pooling: str = 
                                                        intervention=intervention, threads=threads,
                                                        device="cuda" if gpus else "cpu"),
                             num_cpus=threads, num_gpus=1 if gpus else 0)
-        stream = ds.iter_batches(batch_size=None, batch_format="numpy")
+        stream = iter(ds.iter_batches(batch_size=None, batch_format="numpy"))
 
     def shard_blocks():
         from rich.console import Console
