@@ -161,6 +161,7 @@ def _without_digests(manifest):
                                    for s in manifest["shards"]]}
 
 
+@pytest.mark.slow
 def test_ray_data_extraction_writes_the_local_sets(ray_local, tmp_path, capsys):
     model = _tiny_vit(tmp_path)
     imgs = _images(tmp_path / "imgs", 11)

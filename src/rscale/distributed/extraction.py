@@ -88,8 +88,12 @@ def extract_on_ray(ray, items, model_dir, out_dir, *, role: str, pooling: str = 
     n_actors = actors or (gpus if gpus else max(1, cpus // threads))
     stream = iter(())
     if rows:
+        import logging
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = False             # rscale's own bar (stderr) counts the images
+        ctx.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
         ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows) // max(batch_size, 1), 4 * n_actors)))
         ds = ds.map_batches(BatchEmbedder, batch_size=batch_size, batch_format="numpy",
                             compute=ray.data.ActorPoolStrategy(size=n_actors),
