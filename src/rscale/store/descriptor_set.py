@@ -209,7 +209,8 @@ def write_descriptor_set(root, blocks, *, role: str, dtype: str = "float16", met
     root.mkdir(parents=True, exist_ok=True)
     (root / "manifest.json").unlink(missing_ok=True)     # the set is invisible until complete
     write_text_atomic(root / RECIPE_FILE, json.dumps(recipe, indent=2, sort_keys=True))
-    shards, seen, dim, count = [], set(), None, 0
+    from rscale.store.unique_ids import UniqueIds
+    shards, seen, dim, count = [], UniqueIds(), None, 0
     buf_ids, buf_vec = [], []
 
     def flush(ids, vec, index):
@@ -228,11 +229,16 @@ def write_descriptor_set(root, blocks, *, role: str, dtype: str = "float16", met
         dim = v.shape[1]
         if len(ids) != len(v):
             raise FormatError(f"{len(ids)} ids for {len(v)} vectors", path=str(root))
-        dup = [i for i in ids.tolist() if i in seen]
-        if len(set(ids.tolist())) != len(ids) or dup:
-            raise FormatError(f"duplicate id {dup[0] if dup else ids[0]!r}", path=str(root),
+        def earlier():                          # only to confirm a string-hash match
+            import pyarrow.parquet as pq
+            for s in shards:
+                yield pq.read_table(root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
+            yield from buf_ids
+
+        dup = seen.add(ids, earlier)
+        if dup is not None:
+            raise FormatError(f"duplicate id {dup.item() if hasattr(dup, 'item') else dup!r}", path=str(root),
                               hint="ids identify descriptors; each must be unique within the set")
-        seen.update(ids.tolist())
         buf_ids.append(ids)
         buf_vec.append(v)
         count += len(ids)
