@@ -26,9 +26,9 @@ def sampled_chunks(ids, vectors, *, fraction: float, seed: int, chunk: int, wher
     """Float32 blocks of at most ``chunk`` rows of the shard's sampled rows, each checked."""
     mask = None if fraction >= 1.0 else in_sample(ids, fraction, seed)
     for a in range(0, len(ids), chunk):
-        block = np.asarray(vectors[a:a + chunk], dtype=np.float32)
         rows = None if mask is None else np.flatnonzero(mask[a:a + chunk])
-        block = block if rows is None else block[rows]
+        # a sample reads only its own rows of the memory-mapped shard (a 4 KiB row is a page)
+        block = np.asarray(vectors[a:a + chunk] if rows is None else vectors[a + rows], dtype=np.float32)
         # one pass for the squared norms (NaN and inf fail the comparison too); check_vectors names
         # the problem and the row when one is off
         norms = np.sqrt(np.einsum("ij,ij->i", block, block))
