@@ -115,7 +115,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     else:
         from rscale.distributed.runtime import ray_session
         from rscale.distributed.scoring import score_on_ray
-        from rscale.score.partial_file import remove_partials
+        from rscale.store.partial_file import remove_partials
         from rscale.store.hashing import canonical_digest
         common = canonical_digest({"queries": inputs["queries"], "positives": inputs["positives"],
                                    "qrels": inputs["qrels"], **params})

@@ -9,7 +9,7 @@
 - A task whose worker dies is retried by Ray (``max_retries``), as is one that hit an ``OSError``
   (a flaky mount); other errors (a damaged shard) are the user's to fix and surface as they are.
 - With a checkpoint folder, every finished partial is written there as it arrives
-  (:mod:`rscale.score.partial_file`), so a rerun after a crash scores only the missing shards.
+  (:mod:`rscale.store.partial_file`), so a rerun after a crash scores only the missing shards.
 
 Fault injection for the tests of those paths: ``RSCALE_RAY_FAULT=kill:<shard>:<marker file>`` kills
 the worker scoring that shard once (the marker records that it happened); ``raise:<shard>`` makes
@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from rscale.errors import RscaleError
-from rscale.score.engine import Queries
-from rscale.score.partial_file import load_partial, save_partial
+from rscale.score.engine import Partial, Queries
 from rscale.score.shard import score_shard, shard_key
 from rscale.store.descriptor_set import DescriptorSet
 
@@ -78,8 +79,15 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
     keys = [shard_key(common, s) for s in shards]
     q, p = queries.vectors.shape[0], queries.pos_scores.size
 
+    from rscale.store.partial_file import load_partial, save_partial
+
     def stored(i):
-        return None if checkpoint is None else load_partial(checkpoint, keys[i], q, p, k)
+        arrays = None if checkpoint is None else load_partial(checkpoint, keys[i], q, p, k)
+        if arrays is None:
+            return None
+        top, n, counts = arrays
+        return Partial(top, top.min(axis=1), np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
+                       n, counts)
 
     resumed = {i for i in range(len(shards)) if stored(i) is not None}
     task = ray.remote(shard_partial).options(max_retries=max_retries, retry_exceptions=[OSError],
@@ -103,7 +111,7 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
                     first_error = first_error or exc
                     continue
                 if checkpoint is not None:
-                    save_partial(checkpoint, keys[i], part)     # then the object can go
+                    save_partial(checkpoint, keys[i], part.top, part.n, part.counts)   # then the object can go
                 else:
                     refs[i] = ref
                 bar.advance(job)

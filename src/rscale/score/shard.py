@@ -9,7 +9,7 @@ unit vector; the first that is not is named by file and row.
 A shard's partial is keyed (:func:`shard_key`) by everything that decides it: the query side
 (queries, positives, qrels), the shard's own digests, the sample and the engine's parameters.
 Merging partials by that identity, not by arrival, is what keeps a retried or resumed shard from
-being counted twice (:mod:`rscale.score.partial_file` keeps them on disk for a resume).
+being counted twice (:mod:`rscale.store.partial_file` keeps them on disk for a resume).
 """
 
 from __future__ import annotations
