@@ -118,6 +118,7 @@ def test_engine_input_errors_are_one_line(sets, tmp_path, capsys, monkeypatch):
             "--qrels", str(sets / "qrels.parquet"), "--distractors", str(sets / "distractors"),
             "-o", str(tmp_path / "ss.parquet")]
     cases = [(["--engine", "spark"], "unknown engine 'spark'"),
+             (["--engine", "ray", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at '127.0.0.1:1'"),
              (["--address", "auto"], "--address names a Ray cluster: pass it with --engine ray")]
     for extra, message in cases:
         capsys.readouterr()

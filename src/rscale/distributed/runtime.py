@@ -45,6 +45,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None):
     """Yield the ray module connected to ``address`` or to a local instance of ``num_cpus`` CPUs
     (default: the CPUs this process may use)."""
     ray = import_ray()
+    if address:
+        check_reachable(address)
     if ray.is_initialized():
         yield ray
         return
@@ -62,6 +64,22 @@ def ray_session(address: str | None = None, num_cpus: int | None = None):
         yield ray
     finally:
         ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) nobody listens on at once: Ray itself retries
+    an unreachable head for minutes. ``auto`` is left to Ray."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one "
+                                   "with `ray start --head` or leave out --address for a local instance") from None
 
 
 def cluster_cpus(ray) -> int:
