@@ -110,7 +110,7 @@ def test_cli_score_on_ray_and_a_damaged_shard(ray_local, sets, local_run, tmp_pa
     assert main([*argv, "-o", str(tmp_path / "b.parquet")]) == 2
     err = capsys.readouterr().err.strip()
     assert "shard-00003.npy does not match its digest" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "b.parquet").exists()
+    assert not (tmp_path / "b.parquet").exists() and not (tmp_path / "b.parquet.partials").exists()
 
 
 def test_engine_input_errors_are_one_line(sets, tmp_path, capsys, monkeypatch):

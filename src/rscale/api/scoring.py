@@ -119,11 +119,20 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
         from rscale.store.hashing import canonical_digest
         common = canonical_digest({"queries": inputs["queries"], "positives": inputs["positives"],
                                    "qrels": inputs["qrels"], **params})
+        from rscale.errors import RscaleError
         checkpoint = Path(str(out) + ".partials")
-        with ray_session(address, num_cpus) as ray:
-            merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
-                                                   fraction=fraction, seed=seed, common=common,
-                                                   checkpoint=checkpoint, progress=progress)
+        existed = checkpoint.exists()
+        try:
+            with ray_session(address, num_cpus) as ray:
+                merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
+                                                       fraction=fraction, seed=seed, common=common,
+                                                       checkpoint=checkpoint, progress=progress)
+        except RscaleError:
+            # refused input (a damaged shard): a refused command leaves nothing behind; a crash
+            # (anything else) keeps the finished partials for the rerun
+            if not existed:
+                remove_partials(checkpoint)
+            raise
         extra = {"engine": "ray", "shards": len(ds.manifest["shards"]), "resumed_shards": resumed}
     ss = to_sample_stats(queries, merged, meta)
     secs = time.perf_counter() - t
