@@ -190,6 +190,26 @@ def test_ray_data_extraction_writes_the_local_sets(ray_local, tmp_path, capsys):
     np.testing.assert_allclose(np.concatenate([np.asarray(v) for _, v in c.shards()]), va, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_ray_extraction_of_an_ilias_layout_with_a_query_intervention(ray_local, tmp_path):
+    model = _tiny_vit(tmp_path)
+    for inst, seed in (("a", 1), ("b", 2)):
+        _images(tmp_path / "ilias" / inst / "query", 1, seed=seed)
+        _images(tmp_path / "ilias" / inst / "pos", 2, seed=seed + 10)
+    kw = dict(layout="ilias", intervention="gp", progress=False)
+    local = api.extract(tmp_path / "ilias", model, out=tmp_path / "local", **kw)
+    ray_ = api.extract(tmp_path / "ilias", model, out=tmp_path / "ray", engine="ray", **kw)
+    assert ray_["shards_extracted"] == 2 and {k: ray_[k] for k in local if k != "written"} == \
+        {k: local[k] for k in local if k != "written"}
+    for role, intervention in (("queries", "gp"), ("positives", "none")):    # GP on the queries only
+        a, b = DescriptorSet.open(tmp_path / "local" / role), DescriptorSet.open(tmp_path / "ray" / role)
+        assert _without_digests(b.manifest) == _without_digests(a.manifest)
+        assert b.manifest["intervention"] == intervention
+        np.testing.assert_allclose(np.concatenate([np.asarray(v) for _, v in b.shards()]),
+                                   np.concatenate([np.asarray(v) for _, v in a.shards()]), atol=1e-5)
+    assert (tmp_path / "ray" / "qrels.parquet").read_bytes() == (tmp_path / "local" / "qrels.parquet").read_bytes()
+
+
 def test_actor_sets_torch_threads_to_its_cpus(tmp_path):
     from rscale.distributed.extraction import BatchEmbedder
     model = _tiny_vit(tmp_path)

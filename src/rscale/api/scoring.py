@@ -258,7 +258,7 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
                               intervention=make() if make and with_intervention else None, **kw)
         ds, info = extract_on_ray(ray, part, model_dir, where, role=role,
                                   intervention=intervention if with_intervention else None, **kw)
-        pool.update(info)
+        pool.update(info, shards_extracted=pool.get("shards_extracted", 0) + info["shards_extracted"])
         return ds
 
     with session as ray:
