@@ -7,7 +7,7 @@ import pytest
 from rscale.cli import main
 
 HEAVY = ("torch", "faiss", "mlflow", "transformers", "timm", "peft", "dvc", "scipy.stats", "duckdb", "pyarrow",
-         "numpy", "pandas", "pybullet", "trimesh", "statsmodels", "matplotlib")
+         "numpy", "pandas", "pybullet", "trimesh", "statsmodels", "matplotlib", "ray")
 
 
 def test_import_cli_loads_no_heavy_module():

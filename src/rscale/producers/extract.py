@@ -280,9 +280,8 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run with the
     same recipe (weights, image list, parameters); a folder made by another one is refused.
     ``preprocessing``: auto, processor or resize (module docstring); the choice made is recorded.
+    The Ray engine (rscale.distributed.extraction) shares everything here but the loop over batches.
     """
-    from rscale.store.descriptor_set import write_descriptor_set
-
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
@@ -290,62 +289,107 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
         bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = getattr(intervention, "name", "none") if intervention else "none"
-    from rscale.producers.lineage import digest_file, producer_run, weights_digest
-    from rscale.store.hashing import digest_lines
-    inputs = {"weights": weights_digest(model_dir),
-              "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}" for it in items)}
-    record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
-              "resolution": bb.resolution, "preprocessing": bb.preprocessing,
-              "image_processor": type(bb.processor).__name__ if bb.processor is not None else "none",
-              "intervention": name,
-              "intervention_params": getattr(intervention, "params", {}) if intervention else {},
-              "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
-    from rscale.producers.lora import merged_lineage
-    made_from = merged_lineage(model_dir)
-    if made_from is not None:                  # a LoRA-merged checkpoint: what it was trained from
-        record["model_lineage"] = made_from
+    plan = ExtractionPlan.of(items, model_dir, bb, role=role, pooling=pooling, batch_size=batch_size,
+                             shard_size=shard_size, intervention=intervention, meta=meta)
 
     def shard_blocks():
         from rich.progress import Progress
         with Progress(disable=not progress, transient=True) as bar:
             task = bar.add_task(f"extracting {role}", total=len(items))
-            for s, a in enumerate(range(0, len(items), shard_size)):
-                part = items[a:a + shard_size]
+            for s, part in plan.shards():
                 ids = np.asarray([it[0] for it in part])
-                vec_path = out_dir / f"shard-{s:05d}.npy"
-                id_path = out_dir / f"shard-{s:05d}.ids.parquet"
-                if vec_path.exists() and id_path.exists():        # resume: this shard is done
-                    done = np.load(vec_path)
-                    if len(done) == len(part):
-                        bar.advance(task, len(part))
-                        yield ids, done.astype(np.float32)
-                        continue
+                done = plan.finished(out_dir, s)
+                if done is not None:                                # resume: this shard is done
+                    bar.advance(task, len(part))
+                    yield ids, done
+                    continue
                 vecs = []
                 for b in range(0, len(part), batch_size):
                     batch = part[b:b + batch_size]
-                    images = [open_image(p, box) for _, p, *rest in batch for box in [rest[0] if rest else None]]
-                    if intervention is None:
-                        vecs.append(embed(bb, to_pixels(bb, images), pooling))
-                    else:
-                        vecs.append(intervention(bb, images, pooling))
+                    vecs.append(embed_items(bb, batch, pooling, intervention))
                     bar.advance(task, len(batch))
                 yield ids, np.concatenate(vecs)
 
-    params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "preprocessing": bb.preprocessing,
-              "intervention": name,
-              "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
-    from rscale.store.run_sidecar import write_run_sidecar
-    with producer_run("extract", params, inputs, enabled=lineage) as run:
+    return plan.write(out_dir, shard_blocks(), lineage=lineage)
+
+
+def embed_items(bb: Backbone, batch, pooling: str, intervention=None) -> np.ndarray:
+    """Descriptors of a batch of (id, path, optional box) items."""
+    images = [open_image(p, box) for _, p, *rest in batch for box in [rest[0] if rest else None]]
+    if intervention is None:
+        return embed(bb, to_pixels(bb, images), pooling)
+    return intervention(bb, images, pooling)
+
+
+@dataclass
+class ExtractionPlan:
+    """What an extraction writes, whichever engine computes the vectors: the items cut into shards,
+    the set's metadata and recipe, the lineage inputs and parameters."""
+
+    items: list
+    role: str
+    shard_size: int
+    inputs: dict
+    record: dict
+    recipe: dict
+    params: dict
+
+    @classmethod
+    def of(cls, items, model_dir, bb: Backbone, *, role: str, pooling: str, batch_size: int, shard_size: int,
+           intervention=None, meta: dict | None = None) -> "ExtractionPlan":
+        from rscale.producers.lineage import weights_digest
+        from rscale.store.hashing import digest_lines
+        name = getattr(intervention, "name", "none") if intervention else "none"
+        inputs = {"weights": weights_digest(model_dir),
+                  "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}"
+                                         for it in items)}
+        record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
+                  "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+                  "image_processor": type(bb.processor).__name__ if bb.processor is not None else "none",
+                  "intervention": name,
+                  "intervention_params": getattr(intervention, "params", {}) if intervention else {},
+                  "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
+        from rscale.producers.lora import merged_lineage
+        made_from = merged_lineage(model_dir)
+        if made_from is not None:              # a LoRA-merged checkpoint: what it was trained from
+            record["model_lineage"] = made_from
         # what determines the vectors: resuming a folder made by another recipe is refused
         recipe = {k: record[k] for k in ("model_type", "pooling", "resolution", "preprocessing", "intervention",
                                          "intervention_params", "weights_sha256", "images_sha256")}
-        ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
-                                  shard_size=shard_size, recipe=recipe)
-        run.output("manifest", digest_file(out_dir / "manifest.json"))
-        write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
-        run.metric("descriptors", ds.count)
-    return ds
+        params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+                  "intervention": name, "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
+        return cls(list(items), role, shard_size, inputs, record, recipe, params)
+
+    def shards(self):
+        """(shard index, its items) in order."""
+        for s, a in enumerate(range(0, len(self.items), self.shard_size)):
+            yield s, self.items[a:a + self.shard_size]
+
+    def finished(self, out_dir, s: int, load: bool = True):
+        """Shard ``s``'s vectors when an earlier run left it whole (None otherwise); ``load=False``
+        answers True instead of reading them."""
+        vec_path = Path(out_dir) / f"shard-{s:05d}.npy"
+        id_path = Path(out_dir) / f"shard-{s:05d}.ids.parquet"
+        if not (vec_path.exists() and id_path.exists()):
+            return None
+        done = np.load(vec_path, mmap_mode="r")
+        if len(done) != len(self.items[s * self.shard_size:(s + 1) * self.shard_size]):
+            return None
+        return np.asarray(done, dtype=np.float32) if load else True
+
+    def write(self, out_dir, blocks, *, lineage: bool = True):
+        """Write the (ids, vectors) blocks as the descriptor set, inside the producer run."""
+        from rscale.producers.lineage import digest_file, producer_run
+        from rscale.store.descriptor_set import write_descriptor_set
+        from rscale.store.run_sidecar import write_run_sidecar
+        out_dir = Path(out_dir)
+        with producer_run("extract", self.params, self.inputs, enabled=lineage) as run:
+            ds = write_descriptor_set(out_dir, blocks, role=self.role, dtype="float32", meta=self.record,
+                                      shard_size=self.shard_size, recipe=self.recipe)
+            run.output("manifest", digest_file(out_dir / "manifest.json"))
+            write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
+            run.metric("descriptors", ds.count)
+        return ds
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
