@@ -5,7 +5,9 @@ import pytest
 
 from rscale import sim
 from rscale.core import law
-from rscale.core.estimators.evt import PAPER, EVTConfig, estimate_evt, tail_threshold
+from rscale.core.estimators.evt import estimate_evt
+from rscale.core.estimators.evt_config import EVTConfig, PAPER
+from rscale.core.estimators.tail_threshold import tail_threshold
 from rscale.core.estimators.methods import METHODS, estimate
 from rscale.core.prediction import predict, predict_per_query
 from rscale.core.sample_stats import SampleStats, validate
@@ -38,7 +40,7 @@ def test_evt_paper_rules_by_hand():
     assert est.rule.tolist()[2] == "count" and est.x[2] == pytest.approx(0.6)
     assert est.rule[1] in ("tail", "endpoint")
     # the tail value for b: (n_u / S) * GPD survival at 0.875 - u, with the stored fit
-    from rscale.core.tailfit import gpd_logsf
+    from rscale.core.gpd import gpd_logsf
     n_u = est.tail["n_u"][0]
     want = n_u / 1000 * np.exp(gpd_logsf(0.875 - u, est.tail["xi"][0], est.tail["sigma"][0]))
     assert est.x[1] == pytest.approx(want)
@@ -181,7 +183,7 @@ def test_in_pool_is_closer_to_a_small_pools_realised_value():
 def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
     # simulated truth: near-duplicate clusters sit far above the bulk, so the few sampled cluster
     # scores are implausible under a GPD fitted to the bulk's excesses; smooth tails are not flagged
-    from rscale.core.estimators.evt import count_bound, rejected_tails
+    from rscale.core.estimators.rejected_tails import count_bound, rejected_tails
 
     share = {}
     for preset in ("sim_neardup", "sim_gaussian", "sim_bounded"):
@@ -231,7 +233,8 @@ def test_gof_refit_on_dense_near_duplicate_clusters():
     # GPD through bulk and cluster fails the A^2 test: those queries are refitted on the top quarter
     # of their excesses, which brings the prediction at 1e8 toward the truth; smooth tails are
     # almost never refitted (the test's size is about 1%)
-    from rscale.core.estimators.evt import GOF_CRIT, rejected_tails
+    from rscale.core.estimators.evt_config import GOF_CRIT
+    from rscale.core.estimators.rejected_tails import rejected_tails
     from rscale.sim.benchmark import HardnessLaw, SimSpec
 
     spec = SimSpec(name="t", family="neardup", n_queries=300,

@@ -6,15 +6,15 @@ import json
 
 import numpy as np
 
-from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tail_check
 from rscale.api.querying import query
 
 
 def registration_summary(hardness, sample_stats=None) -> dict:
     """The summary a version is registered with, computed from its hardness table and (when
     given) the sample stats it was estimated from: sizes, rule shares, budget check, distractor
-    and tail-model terms, sensitivity band. Import recomputes it from a bundle's verified blobs."""
-    from rscale.core.estimators.evt import rule_shares
+    and tail-model terms, sensitivity band (each computed in core). Import recomputes it from a
+    bundle's verified blobs."""
+    from rscale.core.estimators.base import rule_shares
     from rscale.errors import RscaleError
     from rscale.store.hardness_file import read_hardness
 
@@ -25,6 +25,9 @@ def registration_summary(hardness, sample_stats=None) -> dict:
                "draws": 0 if est.draws is None else int(est.draws.shape[1])}
     if sample_stats is None:
         return summary
+    from rscale.core.budget import BUDGET_SIZES, budget_check
+    from rscale.core.distractor_term import distractor_sd
+    from rscale.core.tail_alternatives import tail_check
     from rscale.store.sample_stats_file import read_sample_stats
     ss = read_sample_stats(sample_stats)
     try:
@@ -32,20 +35,17 @@ def registration_summary(hardness, sample_stats=None) -> dict:
     except RscaleError as exc:  # a sample too small to halve three times: say so, still register
         summary["budget"] = {"error": str(exc)}
     if est.method == "evt":
-        from dataclasses import fields as dc_fields
-
-        from rscale.core.estimators.evt import EVTConfig
+        from rscale.core.estimators.methods import stored_params
         from rscale.core.estimators.sensitivity import sensitivity_range
-        known = {f.name for f in dc_fields(EVTConfig)}
-        base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
+        base = {k: v for k, v in stored_params(est.method, est.params).items() if k not in ("q", "count_test")}
         lo, hi = sensitivity_range(ss, "AP", BUDGET_SIZES, 1000, base)
         summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
                                   "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
     try:
-        summary["distractor_sd"] = distractor_sd(ss, est.method, params=est.params)
+        summary["distractor_sd"] = distractor_sd(ss, est.method, params=est.params, sizes=BUDGET_SIZES)
     except RscaleError as exc:
         summary["distractor_sd"] = {"error": str(exc)}
-    check = tail_check(ss, est.method, params=est.params)
+    check = tail_check(ss, est.method, params=est.params, sizes=BUDGET_SIZES)
     if check is not None:
         summary["tail_check"] = check
     return summary

@@ -36,3 +36,9 @@ class HardnessEstimate:
         if memo is None:
             memo = self.__dict__["_hardness"] = Hardness.from_flat(self.x, self.offsets)
         return memo
+
+
+def rule_shares(est: HardnessEstimate) -> dict:
+    """Share of positives per rule (a diagnostic printed next to predictions)."""
+    rules, counts = np.unique(est.rule, return_counts=True)
+    return {str(r): float(c) / est.rule.size for r, c in zip(rules, counts)}
