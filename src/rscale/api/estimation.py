@@ -46,17 +46,18 @@ def estimator_params(method: str, params=()) -> dict:
     return kwargs
 
 
-def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
-    """Estimate hardness from a sample-stats file; write it to ``out`` when given.
+def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicates: int = 16) -> dict:
+    """Estimate hardness from a sample-stats file; write it to ``out`` when given, with
+    ``replicates`` hardness replicates (:mod:`rscale.core.replicates`: replicates / 2 half-sample
+    splits, 2 estimator fits each; 0: none, and then no benchmark interval).
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
     shape, share of queries whose fitted tail their own largest score rejects (evt methods),
-    seconds, files written.
+    replicates, seconds, files written.
     """
     import time
 
-    from rscale.core.estimators.base import HardnessEstimate
-    from rscale.core.estimators.base import rule_shares
+    from rscale.core.estimators.base import HardnessEstimate, rule_shares
     from rscale.core.estimators.methods import HARDNESS_METHODS
     from rscale.core.estimators.methods import estimate as run
     from rscale.errors import InvalidArgumentError
@@ -71,6 +72,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
 
     from rscale.producers.lineage import digest_file, producer_run
     kwargs = estimator_params(method, params)
+    if replicates != 0 and (replicates < 4 or replicates % 2):
+        raise InvalidArgumentError(f"--replicates must be 0 or an even number >= 4 (e.g. 16), got {replicates}")
     if out is not None and Path(out).is_dir():
         raise InvalidArgumentError(f"the output {out} is a folder; name the hardness file to write "
                                    f"(e.g. {Path(out) / 'hardness.parquet'})")
@@ -78,12 +81,24 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
     # estimate first, then open the run that records the write: a failing estimate leaves no run
     t = time.perf_counter()
     est = run(ss, method, **kwargs)
-    secs = time.perf_counter() - t
     if not isinstance(est, HardnessEstimate):
         raise InvalidArgumentError(f"'{method}' does not produce per-positive hardness")
+    rep_meta, rep_note = {}, None
+    if replicates:
+        from dataclasses import replace
+
+        from rscale.core.replicates import SEED, hardness_replicates
+        from rscale.errors import RscaleError
+        try:
+            reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2)
+            est = replace(est, replicates=reps)
+            rep_meta = {"R": int(reps.shape[1]), "splits": replicates // 2, "kind": "half-sample pairs", "seed": SEED}
+        except RscaleError as exc:       # a sample too small to halve: stored without, and said
+            rep_note = f"no replicates: {exc}"
+    secs = time.perf_counter() - t
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+        written = [str(p) for p in write_hardness(est, ss, out, rep_meta)] if out else []
         if written:
             from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
@@ -92,7 +107,9 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
         record.metric("seconds", secs)
     summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
-               "written": written}
+               "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]), "written": written}
+    if rep_note:
+        summary["replicates_note"] = rep_note
     if "xi" in est.tail:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
         # fits pinned at the exponential boundary: many of them say the bounded family is too light
@@ -126,51 +143,38 @@ def check_sample_of(ss, est, *, info, sample_name, hardness_name) -> None:
 
 def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
-            sample_stats=None) -> list[dict]:
-    """Predicted metric values with query-bootstrap CIs from a hardness file.
+            sample_stats=None, ci_kind: str = "benchmark") -> list[dict]:
+    """Predicted metric values with the interval of kind ``ci_kind`` from a hardness file: the
+    interval ``rscale query`` reports for the same version, measure and N
+    (:func:`rscale.core.interval.predicted_intervals`, from the replicates the file carries).
 
-    With ``sample_stats`` (the sample the hardness was estimated from) the CI is the one
-    ``rscale query`` reports: widened by the distractor-sampling term and the convergence bound
-    (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the tail-model
-    alternatives (:func:`tail_check`).
+    ``sample_stats`` (optional) is checked to be the sample the hardness was estimated from.
     """
-    from rscale.api.querying import TAIL_ALTERNATIVES
-    from rscale.core.prediction import predict_per_query, resolve_mode
-    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap, reported_interval
-    from rscale.errors import InvalidArgumentError
+    from rscale.core.interval import check_ci_kind, predicted_intervals
+    from rscale.core.prediction import resolve_mode
     from rscale.query.measures import Measure
     from rscale.store.hardness_file import read_hardness
     from rscale.store.sample_stats_file import read_sample_stats
 
+    check_ci_kind(ci_kind)
     est, info = read_hardness(hardness)
-    ss = None
     if sample_stats is not None:
         ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
         check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
-    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
+    parsed = [m if isinstance(m, Measure) else Measure.parse(m) for m in measures]
+    cells = [(m, float(n)) for m in parsed for n in sizes]
+    answers = predicted_intervals(est, [(m.law_metric, m.k, n) for m, n in cells], mode=mode, ci_kind=ci_kind,
+                                  level=level, bootstrap=bootstrap, seed=seed,
+                                  in_pool_counts=info["counts"] if in_pool else None)
     rows = []
-    for m in measures:
-        measure = m if isinstance(m, Measure) else Measure.parse(m)
-        terms = check = None
-        if ss is not None:
-            terms = distractor_sd(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
-            check = tail_check(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
-        for j, n in enumerate(sizes):
-            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
-                                   in_pool_counts=info["counts"] if in_pool else None)
-            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
-            if terms is not None and bootstrap:
-                lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
-                                           alternatives=() if check is None else
-                                           [check[key][j] for key in TAIL_ALTERNATIVES if key in check])
-            rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
-                         "ci_low": float(lo), "ci_high": float(hi), "level": level,
-                         "ci": "query + distractor + convergence + tail-model alternatives" if terms is not None
-                         else "query bootstrap",
-                         "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
-                         "extrapolation": float(n) / s_max,
-                         "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
+    for (measure, n), (pq, lo, hi) in zip(cells, answers):
+        rows.append({"measure": str(measure), "N": n, "value": float(pq.mean()),
+                     "ci_low": lo, "ci_high": hi, "level": level, "ci_kind": ci_kind,
+                     "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]),
+                     "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
+                     "extrapolation": n / s_max,
+                     "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
     return rows
 
 

@@ -26,6 +26,7 @@ class HardnessEstimate:
     params: dict = field(default_factory=dict)
     tail: dict = field(default_factory=dict)
     draws: np.ndarray | None = None   # (P, D) posterior draws of x, when the estimator has them
+    replicates: np.ndarray | None = None   # (P, R) hardness replicates (rscale.core.replicates), when made
 
     def hardness(self) -> Hardness:
         """The law's view (positives sorted within queries). Memoised when ``x`` and ``offsets``
@@ -35,6 +36,23 @@ class HardnessEstimate:
         memo = self.__dict__.get("_hardness")
         if memo is None:
             memo = self.__dict__["_hardness"] = Hardness.from_flat(self.x, self.offsets)
+        return memo
+
+    def replicate_hardness(self) -> Hardness:
+        """All R replicates as one law view of R x Q queries (replicate r owns queries
+        r*Q .. (r+1)*Q - 1), so a metric over every replicate is one vectorised law call.
+        Memoised like :meth:`hardness`."""
+        if self.replicates is None:
+            raise ValueError("this estimate has no replicates")
+        memo = self.__dict__.get("_replicate_hardness")
+        if memo is None:
+            r = self.replicates.shape[1]
+            flat = np.ascontiguousarray(self.replicates.T).ravel()
+            sizes = np.tile(np.diff(self.offsets), r)
+            offsets = np.concatenate([[0], np.cumsum(sizes)])
+            memo = Hardness.from_flat(flat, offsets)
+            if not (self.replicates.flags.writeable or self.offsets.flags.writeable):
+                self.__dict__["_replicate_hardness"] = memo
         return memo
 
 
