@@ -38,9 +38,34 @@ def check_ci_kind(ci_kind: str) -> str:
     return ci_kind
 
 
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile (p in (1/2, 1)) of Student's t with ``df`` degrees of freedom, without
+    scipy (its import would cost the cold ``rscale query`` ~0.3 s): bisection on the CDF, the
+    density integrated by Simpson's rule from 0 (tests compare with scipy.stats.t.ppf).
+    Example: ``t_quantile(0.975, 8)`` is 2.306."""
+    import math
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 2001)
+        f = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
+        h = x / 2000
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _t_quantile(level: float, df: float) -> float:
-    from scipy.stats import t
-    return float(t.ppf(0.5 + level / 2.0, df))
+    return _T_CACHE.get((level, df)) or _T_CACHE.setdefault((level, df), t_quantile(0.5 + level / 2.0, df))
+
+
+_T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,

@@ -51,7 +51,7 @@ from rscale.store.registry import Registry, Version
 
 BUNDLE_VERSION = 1
 # summary fields that are plain counts of the blobs: compared whatever code made the bundle
-COUNT_FIELDS = ("queries", "positives", "S_min", "S_max", "rules", "draws", "replicates")
+COUNT_FIELDS = ("queries", "positives", "S_min", "S_max", "rules", "draws")
 # summary fields that are not derived from the blobs (run ids live in sidecars and MLflow)
 INFO_FIELDS = ("sample_mlflow_run_id", "imported_from", "license")
 
