@@ -234,8 +234,7 @@ def main(argv=None):
                 by_scenario.setdefault((name, label), []).append((err, covered))
         print(f"  {regime:22s} {name:22s} done ({time.time() - t0:.0f}s)", file=sys.stderr)
     lines = [
-        f"Command: `.venv/bin/python benchmarks/accuracy.py --draws {draws}{' --quick' if args.quick else ''}"
-        f"{'' if args.which == 'design' else ' --set ' + args.which}` "
+        f"Command: `.venv/bin/python benchmarks/accuracy.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
         f"({time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}); "
         f"mAP@{K_METRIC}; {len(scenarios)} simulator scenarios x {draws} independent draws per row; "
         "error = prediction - exact realised value; coverage and mean width of the 95% query-bootstrap CI "

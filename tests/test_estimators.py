@@ -278,36 +278,3 @@ def test_heavy_shapes_bracket_the_truth_on_a_scale_mixture():
     assert p_h < truth < p_b
     with pytest.raises(InvalidArgumentError, match="xi_max"):
         estimate(ss, "evt", xi_max=2.0)
-
-
-def test_tail_check_only_for_tail_estimators():
-    from rscale import api
-
-    ss = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=100), seed=1), 1_000_000, k=4000, seed=1)
-    assert api.tail_check(ss, "count", params={}) is None
-    check = api.tail_check(ss, "evt", params={}, sizes=(1e6, 1e8))
-    assert check["rejected_share"] > 0.2 and len(check["alternative"]) == 2
-    # the count bound can only make rejected positives harder: the alternative metric is lower
-    from rscale.core.prediction import predict_per_query
-    value = predict_per_query(estimate(ss, "evt"), "AP", 1e8, 1000).mean()
-    assert check["alternative"][1] < value
-    own = predict_per_query(estimate(ss, "evt", pool_xi="none"), "AP", 1e8, 1000).mean()
-    assert check["own_shape"][1] == pytest.approx(own, abs=1e-5)
-    # the shared-shape end: the same sample with the GPD shape pooled across queries
-    pooled = predict_per_query(estimate(ss, "evt", pool_xi="shrink"), "AP", 1e8, 1000).mean()
-    assert check["shared_shape"][1] == pytest.approx(pooled, abs=1e-5)
-    assert abs(check["shared_shape"][1] - own) > 1e-3          # a different tail model, not a copy
-    heavy = predict_per_query(estimate(ss, "evt", pool_xi="none", xi_max=0.5), "AP", 1e8, 1000).mean()
-    assert check["heavy_shape"][1] == pytest.approx(heavy, abs=1e-5)
-    # every query at the configured threshold (the default raises it where the GPD fails its test)
-    single = predict_per_query(estimate(ss, "evt", gof_crit=0.0), "AP", 1e8, 1000).mean()
-    assert check["single_threshold"][1] == pytest.approx(single, abs=1e-5)
-    assert abs(single - value) > 1e-3                        # some queries here are refitted
-    # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
-    paper = api.tail_check(ss, "evt-paper", params={}, sizes=(1e8,))
-    pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink", gof_crit=0.0),
-                                     "AP", 1e8, 1000).mean()
-    assert paper["shared_shape"][0] == pytest.approx(pooled_paper, abs=1e-5) and "own_shape" not in paper
-    assert "single_threshold" not in paper      # the paper's configuration keeps one threshold
-    # an estimate that already pools shapes has no shared-shape alternative of its own
-    assert "shared_shape" not in api.tail_check(ss, "evt", params={"pool_xi": "full"}, sizes=(1e8,))

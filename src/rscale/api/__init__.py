@@ -26,7 +26,7 @@ _HOME = {
     "compare": ("PerQueryRanks", "load_run"),    # not `compare`: it would shadow the submodule rscale.api.compare
     "config": ("estimator_from_config", "load_config"),
     "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
-    "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
+    "estimation": ("BUDGET_SIZES", "budget_check", "estimate", "predict"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",

@@ -178,7 +178,7 @@ def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None 
     return rows
 
 
-BUDGET_SIZES = (1e5, 1e6, 1e7, 1e8, 1e9, 1e10)   # rscale.core.budget.BUDGET_SIZES (kept here: api.BUDGET_SIZES)
+from rscale.core.budget import BUDGET_SIZES  # noqa: E402  (api.BUDGET_SIZES: the budget check's sizes)
 
 
 def _sample(sample_stats):
@@ -194,20 +194,7 @@ def _measure(measure: str) -> dict:
 
 def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
                  sizes=BUDGET_SIZES, seed: int = 0) -> dict:
-    """The sufficient-budget diagnostic of a sample file (:func:`rscale.core.budget.budget_check`)."""
+    """The sufficient-budget diagnostic of a sample file (:func:`rscale.core.budget.budget_check`;
+    registration runs it against the stored estimate)."""
     from rscale.core.budget import budget_check as check
     return check(_sample(sample_stats), method, params=params, sizes=sizes, seed=seed, **_measure(measure))
-
-
-def distractor_sd(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
-                  splits: int = 3) -> dict:
-    """The half-sample distractor term of a sample file (:func:`rscale.core.distractor_term.distractor_sd`)."""
-    from rscale.core.distractor_term import distractor_sd as term
-    return term(_sample(sample_stats), method, params=params, sizes=tuple(sizes), splits=splits, **_measure(measure))
-
-
-def tail_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
-               level: float = 0.01) -> dict | None:
-    """The tail-model alternatives of a sample file (:func:`rscale.core.tail_alternatives.tail_check`)."""
-    from rscale.core.tail_alternatives import tail_check as check
-    return check(_sample(sample_stats), method, params=params, sizes=tuple(sizes), level=level, **_measure(measure))

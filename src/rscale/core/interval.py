@@ -112,7 +112,7 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
                     for metric, k, n in cells])
     reps = None
-    if est.replicates is not None:
+    if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
         reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
                          for metric, k, n in cells])
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)

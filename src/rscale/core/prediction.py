@@ -66,7 +66,7 @@ def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | N
                         mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
     """Per-query predicted metric from each stored hardness replicate (a half-sample estimate), shape (R, Q)."""
     mode = resolve_mode(metric, mode)
-    r, q = est.replicates.shape[1], est.n_sampled.size
+    r = est.replicates.shape[1]
     if in_pool_counts is not None:
         if mode != "plugin":
             from rscale.errors import InvalidArgumentError
@@ -75,7 +75,7 @@ def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | N
         return np.stack([law.per_query(law.Hardness.from_flat(in_pool_hardness(est.replicates[:, j], in_pool_counts,
                                                                                 s, float(n)), est.offsets),
                                        metric, n, k, mode) for j in range(r)])
-    return law.per_query(est.replicate_hardness(), metric, n, k, mode).reshape(r, q)
+    return np.stack([law.per_query(h, metric, n, k, mode) for h in est.replicate_hardness()])
 
 
 def predict(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,

@@ -38,19 +38,21 @@ class HardnessEstimate:
             memo = self.__dict__["_hardness"] = Hardness.from_flat(self.x, self.offsets)
         return memo
 
-    def replicate_hardness(self) -> Hardness:
-        """All R replicates as one law view of R x Q queries (replicate r owns queries
-        r*Q .. (r+1)*Q - 1), so a metric over every replicate is one vectorised law call.
-        Memoised like :meth:`hardness`."""
+    def replicate_hardness(self) -> list[Hardness]:
+        """The law's view of each of the R replicates (one Hardness per replicate: evaluated one
+        at a time, their index arrays shared, so the work stays cache-sized).
+        Memoised like :meth:`hardness`; the replicates share this estimate's offsets."""
         if self.replicates is None:
             raise ValueError("this estimate has no replicates")
         memo = self.__dict__.get("_replicate_hardness")
         if memo is None:
-            r = self.replicates.shape[1]
-            flat = np.ascontiguousarray(self.replicates.T).ravel()
-            sizes = np.tile(np.diff(self.offsets), r)
-            offsets = np.concatenate([[0], np.cumsum(sizes)])
-            memo = Hardness.from_flat(flat, offsets)
+            from dataclasses import replace
+            # one shared (offsets, query, j, n_pos): positions within a query do not depend on the
+            # values, so each replicate adds only its sorted x (cache-sized work per replicate)
+            base = Hardness.from_flat(np.ascontiguousarray(self.replicates[:, 0]), self.offsets)
+            memo = [base] + [replace(base, x=Hardness.from_flat(np.ascontiguousarray(self.replicates[:, r]),
+                                                                 self.offsets).x)
+                             for r in range(1, self.replicates.shape[1])]
             if not (self.replicates.flags.writeable or self.offsets.flags.writeable):
                 self.__dict__["_replicate_hardness"] = memo
         return memo
