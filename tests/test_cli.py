@@ -118,6 +118,11 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert "does not produce per-positive hardness" in capsys.readouterr().err
     assert main(["estimate", str(ss), "-p", "q0.9"]) == 2
     assert "name=value" in capsys.readouterr().err
+    bad = tmp_path / "bad.parquet"
+    assert main(["estimate", str(ss), "-o", str(bad), "--replicates", "3"]) == 2
+    assert "--replicates must be 0 or an even number" in capsys.readouterr().err and not bad.exists()
+    assert main(["predict", str(h), "--ci", "query"]) == 2
+    assert "benchmark" in capsys.readouterr().err
 
 
 def test_registry_commands_end_to_end(tmp_path, capsys):
@@ -159,6 +164,10 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     assert main(["report", "-r", reg, "-o", str(tmp_path / "rep.html")]) == 0
     html = (tmp_path / "rep.html").read_text()
     assert "<pre>" in html and f"{ans['rows'][0]['value']:.4f}" in html     # report's N=1e8 cell
+    r0 = ans["rows"][0]                                                       # the same interval as query
+    assert f"{r0['value']:.4f} [{r0['ci_low']:.3f}, {r0['ci_high']:.3f}]" in html and "ci_kind benchmark" in html
+    assert main(["report", "-r", reg, "-o", str(tmp_path / "pop.md"), "--ci", "population"]) == 0
+    assert "ci_kind population" in (tmp_path / "pop.md").read_text()
     capsys.readouterr()
     assert main(["curve", "mAP@1000 for sim_bounded", "-r", reg, "--format", "csv", "--points", "5"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

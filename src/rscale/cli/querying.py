@@ -104,12 +104,13 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
 def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write markdown (.md) or HTML (.html)."),
            metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
            n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
+           ci: str = ci_option(),
            registry: Optional[Path] = registry_option()):
     """Summarise a registry: backbones x gallery sizes, with estimator diagnostics (markdown or HTML)."""
     from rscale import api
 
     output_file(out)
-    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n])
+    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n], ci_kind=ci)
     if out is None:
         typer.echo(text)
         return
