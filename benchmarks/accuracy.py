@@ -142,7 +142,7 @@ def shipped(ss, n, ci_kind, seed):
     from rscale.query.grammar import format_size
     from rscale.store.sample_stats_file import write_sample_stats
 
-    key = id(ss)
+    key = (id(ss), seed, n)      # ss is held in the entry, so its id cannot be reused while cached
     t = time.perf_counter()
     if key not in _SHIPPED:
         _SHIPPED.clear()
@@ -150,8 +150,8 @@ def shipped(ss, n, ci_kind, seed):
         write_sample_stats(ss, d / "s.parquet")
         api.estimate(d / "s.parquet", "evt", out=d / "h.parquet")
         api.register(d / "h.parquet", d / "s.parquet", registry=d / "reg", backbone="b", benchmark="sim")
-        _SHIPPED[key] = (d / "reg", time.perf_counter() - t)
-    reg, secs = _SHIPPED[key]
+        _SHIPPED[key] = (d / "reg", time.perf_counter() - t, ss)
+    reg, secs, _ = _SHIPPED[key]
     row = api.query(f"mAP@{K_METRIC} at N={format_size(int(n))} for b", reg, ci_kind=ci_kind, seed=seed)["rows"][0]
     return row["value"], row["ci_low"], row["ci_high"], secs + time.perf_counter() - t
 
