@@ -5,7 +5,7 @@ CLI only parses arguments and prints. Grouped by concern:
 
 - :mod:`rscale.api.demos`: simulated benchmarks, truth next to predictions (not ``demo``: a
   submodule of that name would shadow the ``demo`` function once imported)
-- :mod:`rscale.api.estimation`: estimate hardness, predict, budget and distractor diagnostics
+- :mod:`rscale.api.estimation`: estimate hardness (with its replicates), predict, the budget check
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
