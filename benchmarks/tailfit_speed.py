@@ -21,8 +21,10 @@ import scipy
 from scipy import stats
 
 from rscale import sim
-from rscale.core.estimators.evt import tail_threshold
-from rscale.core.tailfit import fit_gpd, gpd_loglik, gpd_posterior
+from rscale.core.estimators.tail_threshold import tail_threshold
+from rscale.core.gpd import gpd_loglik
+from rscale.core.gpd_posterior import gpd_posterior
+from rscale.core.tailfit import fit_gpd
 from rscale.sim.benchmark import HardnessLaw, SimSpec
 
 

@@ -123,8 +123,8 @@ def case_summary_s_max_one_byte(g, path):
 
 
 def case_summary_interval_term_one_byte(g, path):
-    sd = g["manifest"]["summary"]["distractor_sd"]["sd"][3]
-    old = repr(sd)
+    step = g["manifest"]["summary"]["budget"]["noise"][3]
+    old = repr(step)
     new = old[:-1] + ("1" if old[-1] != "1" else "2")
     return _manifest_text_edit(g, path, old, new)
 
@@ -205,7 +205,7 @@ EXPECTED = {
     "sample_of_another_estimate": "not the ones the hardness table was estimated from",
     "hardness_of_another_estimate": "not the ones the hardness table was estimated from",
     "summary_s_max_one_byte": "summary field 'S_max'",
-    "summary_interval_term_one_byte": "summary field 'distractor_sd'",
+    "summary_interval_term_one_byte": "summary field 'budget'",
     "estimator_claim": "estimator 'count'",
     "lineage_claim": "lineage digest",
     "absolute_path": "members of the bundle named by their digest",
@@ -267,7 +267,7 @@ def test_the_good_bundle_imports_with_a_recomputed_summary(good, tmp_path, capsy
     v = api.show("sim_gaussian", target)
     src = good["version"]
     assert (v.hardness, v.tail, v.sample, v.lineage) == (src.hardness, src.tail, src.sample, src.lineage)
-    for key in ("S_max", "rules", "budget", "distractor_sd", "tail_check", "sensitivity"):
+    for key in ("S_max", "rules", "budget", "rejected_tails", "replicates"):
         assert v.summary[key] == src.summary[key], key
     assert v.summary["license"] == "CC-BY-4.0" and v.summary["imported_from"] == "v1"
     assert api.verify(target)["corrupt"] == [] and api.verify(target)["leftovers"] == []
@@ -279,7 +279,7 @@ def test_summary_terms_from_another_rscale_are_recomputed_not_trusted(good, tmp_
     # a bundle made by other code: its statistical terms may differ, so they are not compared,
     # but what is stored is recomputed from the blobs; the forged value never shows
     man = json.loads(json.dumps(good["manifest"]))
-    man["summary"]["distractor_sd"]["sd"] = [9.0] * len(man["summary"]["distractor_sd"]["sd"])
+    man["summary"]["budget"]["noise"] = [9.0] * len(man["summary"]["budget"]["noise"])
     man["version"]["code_version"] = "rscale 0.0.1 git 000000000000"
     from rscale.store.hashing import canonical_digest
     man["version"]["lineage"] = canonical_digest({"inputs": {"sample": good["version"].sample},
@@ -287,4 +287,4 @@ def test_summary_terms_from_another_rscale_are_recomputed_not_trusted(good, tmp_
                                                   "code_version": man["version"]["code_version"]})
     bundle = write_bundle(tmp_path / "other-code.tar", man, list(good["members"].items()))
     v, created = api.import_(bundle, tmp_path / "dst")
-    assert created and v.summary["distractor_sd"] == good["version"].summary["distractor_sd"]
+    assert created and v.summary["budget"] == good["version"].summary["budget"]

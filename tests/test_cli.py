@@ -99,10 +99,14 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert [float(r["ci_low"]) for r in table] == [r["ci_low"] for r in rows]
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows)
     assert rows[0]["value"] >= rows[1]["value"]  # non-increasing in N
-    # with the sample: the interval rscale query reports, wider than the query CI, same value
+    # the interval comes from the file's replicates: the same with --sample (only checked);
+    # --ci population adds the query bootstrap, wider on both sides, same value
     assert main(["predict", str(h), "--n", "1e8", "--sample", str(ss), "--format", "json"]) == 0
+    same = json.loads(capsys.readouterr().out)[0]
+    assert same == rows[1] and same["ci_kind"] == "benchmark" and same["replicates"] == 16
+    assert main(["predict", str(h), "--n", "1e8", "--ci", "population", "--format", "json"]) == 0
     wide = json.loads(capsys.readouterr().out)[0]
-    assert wide["ci"] == "query + distractor + convergence + tail-model alternatives" and wide["value"] == rows[1]["value"]
+    assert wide["ci_kind"] == "population" and wide["value"] == rows[1]["value"]
     assert wide["ci_low"] < rows[1]["ci_low"] and wide["ci_high"] > rows[1]["ci_high"]
     other = tmp_path / "other.parquet"
     assert main(["simulate", "sim_gaussian", "-o", str(other), "--s", "1e6", "--k", "500", "--queries", "30"]) == 0
@@ -114,6 +118,11 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert "does not produce per-positive hardness" in capsys.readouterr().err
     assert main(["estimate", str(ss), "-p", "q0.9"]) == 2
     assert "name=value" in capsys.readouterr().err
+    bad = tmp_path / "bad.parquet"
+    assert main(["estimate", str(ss), "-o", str(bad), "--replicates", "3"]) == 2
+    assert "--replicates must be 0 or an even number" in capsys.readouterr().err and not bad.exists()
+    assert main(["predict", str(h), "--ci", "query"]) == 2
+    assert "benchmark" in capsys.readouterr().err
 
 
 def test_registry_commands_end_to_end(tmp_path, capsys):
@@ -138,8 +147,10 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     assert ans == plain(api.query("mAP@1000 at N=1e8 for sim_bounded@released", reg))
     assert ans["rows"][0]["version"] == "v1"
     assert ans["rows"][0]["ci_low"] < ans["rows"][0]["value"] < ans["rows"][0]["ci_high"]
-    point = run_json(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded", "-r", reg, "--bootstrap", "0"])["rows"][0]
+    point = run_json(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded", "-r", reg, "--bootstrap", "0",
+                              "--ci", "population"])["rows"][0]
     assert point["value"] == ans["rows"][0]["value"] and point["ci_low"] is None      # strict JSON: null
+    assert point["ci_kind"] == "population" and ans["rows"][0]["ci_kind"] == "benchmark"
     assert main(["query", "mAP@1000 at N=1e8 for sim_bounded", "-r", reg, "--bootstrap", "-3"]) == 2
     assert "--bootstrap -3" in capsys.readouterr().err
     assert main(["query", "mAP@1000 at N=1e8 fro sim_bounded", "-r", reg]) == 2
@@ -153,11 +164,16 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     assert main(["report", "-r", reg, "-o", str(tmp_path / "rep.html")]) == 0
     html = (tmp_path / "rep.html").read_text()
     assert "<pre>" in html and f"{ans['rows'][0]['value']:.4f}" in html     # report's N=1e8 cell
+    r0 = ans["rows"][0]                                                       # the same interval as query
+    assert f"{r0['value']:.4f} [{r0['ci_low']:.3f}, {r0['ci_high']:.3f}]" in html and "ci_kind benchmark" in html
+    assert main(["report", "-r", reg, "-o", str(tmp_path / "pop.md"), "--ci", "population"]) == 0
+    assert "ci_kind population" in (tmp_path / "pop.md").read_text()
     capsys.readouterr()
     assert main(["curve", "mAP@1000 for sim_bounded", "-r", reg, "--format", "csv", "--points", "5"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     data = api.curve("mAP@1000 for sim_bounded", points=5, registry=reg)
-    assert lines[0] == "backbone,version,measure,N,value,ci_low,ci_high" and len(lines) == 6
+    assert lines[0] == "backbone,version,measure,N,value,ci_low,ci_high,ci_kind" and len(lines) == 6
+    assert {line.split(",")[-1] for line in lines[1:]} == {"benchmark"}
     assert [float(line.split(",")[4]) for line in lines[1:]] == pytest.approx(data["series"][0]["value"], rel=1e-5)
     assert run_json(capsys, ["curve", "mAP@1000 for sim_bounded", "-r", reg, "--points", "5"]) == plain(data)
     exported = run_json(capsys, ["export", "sim_bounded@v1", "-o", str(tmp_path / "b.tar"), "-r", reg])

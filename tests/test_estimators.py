@@ -5,7 +5,9 @@ import pytest
 
 from rscale import sim
 from rscale.core import law
-from rscale.core.estimators.evt import PAPER, EVTConfig, estimate_evt, tail_threshold
+from rscale.core.estimators.evt import estimate_evt
+from rscale.core.estimators.evt_config import EVTConfig, PAPER
+from rscale.core.estimators.tail_threshold import tail_threshold
 from rscale.core.estimators.methods import METHODS, estimate
 from rscale.core.prediction import predict, predict_per_query
 from rscale.core.sample_stats import SampleStats, validate
@@ -38,7 +40,7 @@ def test_evt_paper_rules_by_hand():
     assert est.rule.tolist()[2] == "count" and est.x[2] == pytest.approx(0.6)
     assert est.rule[1] in ("tail", "endpoint")
     # the tail value for b: (n_u / S) * GPD survival at 0.875 - u, with the stored fit
-    from rscale.core.tailfit import gpd_logsf
+    from rscale.core.gpd import gpd_logsf
     n_u = est.tail["n_u"][0]
     want = n_u / 1000 * np.exp(gpd_logsf(0.875 - u, est.tail["xi"][0], est.tail["sigma"][0]))
     assert est.x[1] == pytest.approx(want)
@@ -181,7 +183,7 @@ def test_in_pool_is_closer_to_a_small_pools_realised_value():
 def test_rejected_tails_flag_near_duplicate_clusters_and_nothing_else():
     # simulated truth: near-duplicate clusters sit far above the bulk, so the few sampled cluster
     # scores are implausible under a GPD fitted to the bulk's excesses; smooth tails are not flagged
-    from rscale.core.estimators.evt import count_bound, rejected_tails
+    from rscale.core.estimators.rejected_tails import count_bound, rejected_tails
 
     share = {}
     for preset in ("sim_neardup", "sim_gaussian", "sim_bounded"):
@@ -231,7 +233,8 @@ def test_gof_refit_on_dense_near_duplicate_clusters():
     # GPD through bulk and cluster fails the A^2 test: those queries are refitted on the top quarter
     # of their excesses, which brings the prediction at 1e8 toward the truth; smooth tails are
     # almost never refitted (the test's size is about 1%)
-    from rscale.core.estimators.evt import GOF_CRIT, rejected_tails
+    from rscale.core.estimators.evt_config import GOF_CRIT
+    from rscale.core.estimators.rejected_tails import rejected_tails
     from rscale.sim.benchmark import HardnessLaw, SimSpec
 
     spec = SimSpec(name="t", family="neardup", n_queries=300,
@@ -275,36 +278,3 @@ def test_heavy_shapes_bracket_the_truth_on_a_scale_mixture():
     assert p_h < truth < p_b
     with pytest.raises(InvalidArgumentError, match="xi_max"):
         estimate(ss, "evt", xi_max=2.0)
-
-
-def test_tail_check_only_for_tail_estimators():
-    from rscale import api
-
-    ss = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=100), seed=1), 1_000_000, k=4000, seed=1)
-    assert api.tail_check(ss, "count", params={}) is None
-    check = api.tail_check(ss, "evt", params={}, sizes=(1e6, 1e8))
-    assert check["rejected_share"] > 0.2 and len(check["alternative"]) == 2
-    # the count bound can only make rejected positives harder: the alternative metric is lower
-    from rscale.core.prediction import predict_per_query
-    value = predict_per_query(estimate(ss, "evt"), "AP", 1e8, 1000).mean()
-    assert check["alternative"][1] < value
-    own = predict_per_query(estimate(ss, "evt", pool_xi="none"), "AP", 1e8, 1000).mean()
-    assert check["own_shape"][1] == pytest.approx(own, abs=1e-5)
-    # the shared-shape end: the same sample with the GPD shape pooled across queries
-    pooled = predict_per_query(estimate(ss, "evt", pool_xi="shrink"), "AP", 1e8, 1000).mean()
-    assert check["shared_shape"][1] == pytest.approx(pooled, abs=1e-5)
-    assert abs(check["shared_shape"][1] - own) > 1e-3          # a different tail model, not a copy
-    heavy = predict_per_query(estimate(ss, "evt", pool_xi="none", xi_max=0.5), "AP", 1e8, 1000).mean()
-    assert check["heavy_shape"][1] == pytest.approx(heavy, abs=1e-5)
-    # every query at the configured threshold (the default raises it where the GPD fails its test)
-    single = predict_per_query(estimate(ss, "evt", gof_crit=0.0), "AP", 1e8, 1000).mean()
-    assert check["single_threshold"][1] == pytest.approx(single, abs=1e-5)
-    assert abs(single - value) > 1e-3                        # some queries here are refitted
-    # evt-paper (per-query shapes) gets the shared-shape alternative, built on its own configuration
-    paper = api.tail_check(ss, "evt-paper", params={}, sizes=(1e8,))
-    pooled_paper = predict_per_query(estimate(ss, "evt", count_test=0.0, pool_xi="shrink", gof_crit=0.0),
-                                     "AP", 1e8, 1000).mean()
-    assert paper["shared_shape"][0] == pytest.approx(pooled_paper, abs=1e-5) and "own_shape" not in paper
-    assert "single_threshold" not in paper      # the paper's configuration keeps one threshold
-    # an estimate that already pools shapes has no shared-shape alternative of its own
-    assert "shared_shape" not in api.tail_check(ss, "evt", params={"pool_xi": "full"}, sizes=(1e8,))

@@ -21,6 +21,8 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 DIGESTS = {
     "hardness_v1.parquet": "sha256:cb9831b7846568091b2385c029ef7f2187f15cc93b7818cd449a1939eb6cc018",
     "hardness_v1.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
+    "hardness_v2.parquet": "sha256:d13cb0e47b1af6de7cc9633d06d72ea2491b4abccd22013fcce74d3886e9bd25",
+    "hardness_v2.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
     "descriptors_v1/recipe.json": "sha256:14adcc5902c2cc596f021e2a0c79786563d27b29d50ecc1be25b2d514faa2e0e",
@@ -77,6 +79,18 @@ def test_hardness_v1_and_its_tail_fits_decode_to_their_values():
     assert cols["xi"] == [-0.9999999927578634, -0.9999999841236068, -0.28668035222882987]
     assert cols["sigma"] == [0.08303360016127335, 0.0707267400729551, 0.020180337615845007]
     assert cols["endpoint"] == [0.279233600762614, 0.25737674119584064, 0.2927431659737077]
+
+
+def test_hardness_v2_carries_its_replicates_and_v1_has_none():
+    v1, info1 = read_hardness(GOLDEN / "hardness_v1.parquet")
+    v2, info2 = read_hardness(GOLDEN / "hardness_v2.parquet")
+    assert (info1["schema_version"], info2["schema_version"]) == (1, 2)
+    assert v1.replicates is None and info1["replicates"] == {}
+    assert info2["replicates"] == {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}
+    assert v2.x.tolist() == v1.x.tolist() and v2.replicates.shape == (8, 4)
+    assert v2.replicates[1].tolist() == [0.0006364282263224925, 0.00254571290528997, 0.001018285162115988,
+                                         0.0015910705658062313]
+    assert v2.replicates[:, 1].tolist() == [min(2 * x, 1.0) for x in v1.x.tolist()]
 
 
 def test_descriptor_set_v1_manifest_and_shards(tmp_path):

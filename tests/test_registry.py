@@ -11,6 +11,7 @@ import pytest
 
 from rscale import api, sim
 from rscale.core.estimators.methods import estimate
+from rscale.core.replicates import hardness_replicates
 from rscale.errors import FormatError, NotFoundError, RegistryError, SchemaVersionError
 from rscale.sim.presets import PRESETS
 from rscale.store.hardness_file import write_hardness
@@ -23,7 +24,9 @@ def make_files(tmp_path, preset="sim_gaussian", seed=0, method="evt", queries=40
     ss = sim.sample(bench, s, k=300, seed=seed)
     s_path = write_sample_stats(ss, tmp_path / f"{preset}-{seed}.ss.parquet")
     h_path = tmp_path / f"{preset}-{seed}-{method}.parquet"
-    write_hardness(estimate(ss, method), ss, h_path)
+    est = estimate(ss, method)
+    est = replace(est, replicates=hardness_replicates(ss, method=method, params=est.params, splits=4))
+    write_hardness(est, ss, h_path)
     return h_path, s_path
 
 
@@ -405,39 +408,68 @@ def test_gc_never_frees_a_referenced_blob_and_keeps_young_leftovers(tmp_path):
     assert not (reg.blob_dir / "ab").exists()                # emptied prefix folders go too
 
 
-def test_sensitivity_range_is_stored_and_reported(tmp_path):
+def test_one_interval_for_query_predict_and_curve_from_the_stored_replicates(tmp_path):
+    from scipy.stats import t as student_t
+
+    from rscale.core.law import Hardness, per_query
     reg = tmp_path / "reg"
     h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
     api.register(h, s, registry=reg)
-    sens = api.show("sim_gaussian", reg).summary["sensitivity"]
-    assert all(lo <= hi for lo, hi in zip(sens["low"], sens["high"]))
+    assert api.show("sim_gaussian", reg).summary["replicates"] == 8
+    for kind in ("benchmark", "population"):
+        q = api.query("mAP@1000, R@1 at N=1e6,1e8 for sim_gaussian", reg, ci_kind=kind)["rows"]
+        p = api.predict(h, ["mAP@1000", "R@1"], sizes=[1e6, 1e8], ci_kind=kind, sample_stats=s)
+        c = api.curve("mAP@1000 for sim_gaussian", "1e6..1e8", points=2, registry=reg, ci_kind=kind)["series"][0]
+        assert [r["ci_kind"] for r in q + p] == [kind] * 8 and c["ci_kind"] == kind
+        assert [(r["value"], r["ci_low"], r["ci_high"]) for r in q] == [(r["value"], r["ci_low"], r["ci_high"]) for r in p]
+        assert (c["ci_low"], c["ci_high"]) == ([q[0]["ci_low"], q[1]["ci_low"]], [q[0]["ci_high"], q[1]["ci_high"]])
+    # the benchmark interval by hand: t_{pairs} x RMS of the half-sample pair differences
+    from rscale.store.hardness_file import read_hardness
+    est, _ = read_hardness(h)
+    m = np.array([per_query(Hardness.from_flat(est.replicates[:, r], est.offsets), "AP", 1e8, 1000).mean()
+                  for r in range(8)])
+    sd = np.sqrt(np.mean(((m[0::2] - m[1::2]) / 2) ** 2))
     row = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
-    i = sens["N"].index(1e8)
-    assert row["range_low"] == pytest.approx(min(row["ci_low"], sens["low"][i]))
-    assert row["range_high"] == pytest.approx(max(row["ci_high"], sens["high"][i]))
-    assert row["range_low"] <= row["value"] <= row["range_high"]
-    # a measure without a stored band: the range is the CI
-    r1 = api.query("R@1 at N=1e8 for sim_gaussian", reg)["rows"][0]
-    assert (r1["range_low"], r1["range_high"]) == (r1["ci_low"], r1["ci_high"])
+    assert sd > 0 and row["ci_kind"] == "benchmark"
+    assert row["ci_high"] - row["value"] == pytest.approx(student_t.ppf(0.975, 4) * sd, rel=1e-9)
+    assert row["value"] - row["ci_low"] == pytest.approx(student_t.ppf(0.975, 4) * sd, rel=1e-9)
+    # the population interval adds the query bootstrap: wider on both sides
+    pop = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg, ci_kind="population")["rows"][0]
+    assert pop["ci_low"] < row["ci_low"] and pop["ci_high"] > row["ci_high"] and pop["value"] == row["value"]
 
 
-def test_reported_ci_adds_the_distractor_and_convergence_terms(tmp_path):
-    reg = tmp_path / "reg"
-    h, s = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    api.register(h, s, registry=reg)
-    dsd = api.show("sim_gaussian", reg).summary["distractor_sd"]
-    assert dsd["splits"] == 3 and all(v >= 0 for v in dsd["sd"])
-    with_term = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
-    h2, _ = make_files(tmp_path, preset="sim_gaussian", queries=60)
-    plain = api.predict(h2, ["mAP@1000"], sizes=[1e8])[0]           # query bootstrap only
-    assert with_term["value"] == pytest.approx(plain["value"])
-    assert with_term["ci_low"] <= plain["ci_low"] + 1e-12 and with_term["ci_high"] >= plain["ci_high"] - 1e-12
-    i = dsd["N"].index(1e8)
-    extra, bias = 1.96 * dsd["sd"][i], 2.0 * abs(dsd["step"][i])
-    v = with_term["value"]
-    assert bias > 0
-    assert v - with_term["ci_low"] == pytest.approx(np.hypot(v - plain["ci_low"], extra) + bias, rel=1e-6)
-    assert with_term["ci_high"] - v == pytest.approx(np.hypot(plain["ci_high"] - v, extra) + bias, rel=1e-6)
+def test_registration_does_not_re_estimate(tmp_path, monkeypatch):
+    # the interval comes from the file; registration runs only the budget check's 3 sub-sample fits
+    import rscale.core.estimators.methods as methods
+    h, s = make_files(tmp_path, preset="sim_gaussian", queries=40)
+    calls = []
+    real = methods.estimate
+    monkeypatch.setattr(methods, "estimate", lambda ss, method="evt", **kw: calls.append(ss.n_sampled.max()) or
+                        real(ss, method, **kw))
+    api.register(h, s, registry=tmp_path / "reg")
+    assert len(calls) == 3 and max(calls) < 500_000 * 0.6          # S/8, S/4, S/2 only: never S itself
+    summary = api.show("sim_gaussian", tmp_path / "reg").summary
+    assert not {"sensitivity", "distractor_sd", "tail_check"} & set(summary)
+    api.register(h, None, registry=tmp_path / "reg2")
+    assert len(calls) == 3
+
+
+def test_a_version_1_hardness_file_still_answers_and_says_it_has_no_interval(tmp_path):
+    from rscale.store.hardness_file import hardness_table
+    bench = sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=30), seed=0)
+    ss = sim.sample(bench, 500_000, k=300, seed=0)
+    table = hardness_table(estimate(ss, "evt"), ss)
+    import pyarrow.parquet as pq
+    md = dict(table.schema.metadata)
+    md[b"rscale.schema_version"] = b"1"
+    pq.write_table(table.replace_schema_metadata(md), tmp_path / "v1.parquet")
+    api.register(tmp_path / "v1.parquet", None, registry=tmp_path / "reg", backbone="old")
+    ans = api.query("mAP@1000 at N=1e8 for old", tmp_path / "reg")
+    row = ans["rows"][0]
+    assert row["ci_kind"] == "benchmark" and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+    assert any("no replicates" in w for w in ans["warnings"])
+    pop = api.query("mAP@1000 at N=1e8 for old", tmp_path / "reg", ci_kind="population")["rows"][0]
+    assert pop["ci_low"] < pop["value"] < pop["ci_high"]
 
 
 class FakeClock:
@@ -540,41 +572,20 @@ def test_catalog_snapshot_serves_cold_processes_and_never_goes_stale(tmp_path, m
         Registry(reg_path).versions()
 
 
-def test_rejected_tails_widen_the_interval_and_warn(tmp_path):
+def test_rejected_tails_are_counted_at_registration_and_warned(tmp_path):
+    from rscale.core.estimators.rejected_tails import rejected_tails
     bench = sim.simulate(replace(PRESETS["sim_neardup"], n_queries=80), seed=2)
     ss = sim.sample(bench, 1_000_000, k=4000, seed=2)
     s_path = write_sample_stats(ss, tmp_path / "nd.ss.parquet")
     h_path = tmp_path / "nd.parquet"
-    write_hardness(estimate(ss, "evt"), ss, h_path)
+    est = estimate(ss, "evt")
+    write_hardness(est, ss, h_path)
     reg = tmp_path / "reg"
     api.register(h_path, s_path, registry=reg)
-    check = api.show("sim_neardup", reg).summary["tail_check"]
-    assert check["rejected_share"] >= 0.05
+    check = api.show("sim_neardup", reg).summary["rejected_tails"]
+    assert check["rejected_share"] == round(float(rejected_tails(est, ss)[0].mean()), 4) >= 0.05
     ans = api.query("mAP@1000 at N=1e8 for sim_neardup", reg)
-    row = ans["rows"][0]
-    alt = check["alternative"][check["N"].index(1e8)]
-    assert alt < row["value"] and row["ci_low"] <= alt        # the interval reaches the count bound
-    for key in ("own_shape", "shared_shape", "heavy_shape", "single_threshold"):   # every other tail model
-        assert row["ci_low"] <= check[key][check["N"].index(1e8)] <= row["ci_high"], key
     assert any("fitted tail of" in w and "rejected" in w for w in ans["warnings"])
-
-
-def test_reported_ci_reads_whichever_tail_alternatives_a_version_stored():
-    # versions registered by an older rscale have only some of the summary's terms
-    from rscale.api.querying import _reported_ci
-
-    dsd = {"measure": "mAP@1000", "N": [1e6, 1e8], "sd": [0.0, 0.0], "step": [0.0, 0.0]}
-    old = {"measure": "mAP@1000", "N": [1e6, 1e8], "alternative": [0.5, 0.45]}
-    new = {**old, "own_shape": [0.5, 0.62], "shared_shape": [0.5, 0.51], "heavy_shape": [0.5, 0.40],
-           "single_threshold": [0.5, 0.66]}
-    assert _reported_ci(None, None, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == (0.48, 0.52)
-    assert _reported_ci(dsd, old, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == pytest.approx((0.45, 0.52))
-    assert _reported_ci(dsd, new, "mAP@1000", 1e8, 0.5, 0.48, 0.52) == pytest.approx((0.40, 0.66))
-    # another measure than the stored one: its terms do not apply
-    assert _reported_ci(dsd, new, "R@1", 1e8, 0.5, 0.48, 0.52) == (0.48, 0.52)
-    # log-N interpolation between stored sizes
-    lo, hi = _reported_ci(dsd, new, "mAP@1000", 1e7, 0.5, 0.48, 0.52)
-    assert lo == pytest.approx(0.45) and hi == pytest.approx(0.58)
 
 
 def test_a_catalog_row_edited_inside_duckdb_is_caught_by_verify_and_queries(tmp_path):

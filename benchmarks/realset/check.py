@@ -61,9 +61,14 @@ def main(argv=None):
             t = time.perf_counter()
             h = tmp / f"{draw}.{m}.parquet"
             cli(["estimate", path, "-m", m, "-o", h, "--format", "json"])
-            out = json.loads(cli(["predict", h, "--n", str(n), "--sample", path, "--format", "json"]))
-            r = out[0] if isinstance(out, list) else out["rows"][0]
-            row[m] = {"value": r["value"], "lo": r["ci_low"], "hi": r["ci_high"], "secs": time.perf_counter() - t}
+            row[m] = {"secs": 0.0}
+            for kind in ("benchmark", "population"):
+                out = json.loads(cli(["predict", h, "--n", str(n), "--sample", path, "--ci", kind, "--format", "json"]))
+                r = out[0] if isinstance(out, list) else out["rows"][0]
+                pre = "" if kind == "benchmark" else "pop_"
+                row[m].update({"value": r["value"], pre + "lo": r["ci_low"], pre + "hi": r["ci_high"],
+                               "ci_kind": r.get("ci_kind", "")})
+            row[m]["secs"] = time.perf_counter() - t
         for m in CURVES:
             try:
                 row[m] = {"value": float(estimate(ss, m, metric="AP", k=1000).value(n))}
@@ -91,15 +96,17 @@ def table(rows, truth, n):
             cells += [" ".join("fails" if not np.isfinite(e) else f"{e:+.3f}" for e in errs),
                       f"{np.mean(np.abs(ok)):.3f}" if ok else "-"]
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    out += ["", "Interval `rscale predict --sample` prints (95%): covered draws / draws, mean width", "",
-            "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
-    for label, key in methods[:4]:
-        cells = []
-        for f in fracs:
-            rs = [r[key] for r in rows if r["fraction"] == f]
-            cov = sum(x["lo"] <= truth <= x["hi"] for x in rs)
-            cells.append(f"{cov}/{len(rs)}, {np.mean([x['hi'] - x['lo'] for x in rs]):.3f}")
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    for pre, kind in (("", "benchmark"), ("pop_", "population")):
+        out += ["", f"Interval `rscale predict --ci {kind}` prints (95%): covered draws / draws, mean width "
+                "(no interval: n/a)", "", "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
+        for label, key in methods[:4]:
+            cells = []
+            for f in fracs:
+                rs = [r[key] for r in rows if r["fraction"] == f and r[key].get(pre + "lo") is not None]
+                cov = sum(x[pre + "lo"] <= truth <= x[pre + "hi"] for x in rs)
+                width = np.mean([x[pre + "hi"] - x[pre + "lo"] for x in rs]) if rs else float("nan")
+                cells.append(f"{cov}/{len(rs)}, {width:.3f}")
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

@@ -33,7 +33,22 @@ def sample_stats() -> SampleStats:
                              "sampler": "hash(seed=0) < 0.001", "seed": "0"})
 
 
+def hardness_v2():
+    """hardness_v2.parquet: the v1 estimate plus four fixed replicates per positive (format version 2)."""
+    from dataclasses import replace
+    ss = sample_stats()
+    est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)
+    reps = np.clip(est.x[:, None] * np.array([0.5, 2.0, 0.8, 1.25])[None, :], 0.0, 1.0)
+    write_hardness(replace(est, replicates=reps), ss, HERE / "hardness_v2.parquet",
+                   {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0})
+
+
 def main():
+    hardness_v2()
+
+
+def v1_files():
+    """What wrote the version-1 files (with rscale of hardness format 1; kept as their recipe)."""
     ss = sample_stats()
     write_sample_stats(ss, HERE / "sample_stats_v1.parquet")
     est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)

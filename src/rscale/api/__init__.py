@@ -5,7 +5,7 @@ CLI only parses arguments and prints. Grouped by concern:
 
 - :mod:`rscale.api.demos`: simulated benchmarks, truth next to predictions (not ``demo``: a
   submodule of that name would shadow the ``demo`` function once imported)
-- :mod:`rscale.api.estimation`: estimate hardness, predict, budget and distractor diagnostics
+- :mod:`rscale.api.estimation`: estimate hardness (with its replicates), predict, the budget check
 - :mod:`rscale.api.registry`: register, ls, show, tag, verify, export/import, report, lineage, diff
 - :mod:`rscale.api.querying`: the query language answered from the registry, curves
 - :mod:`rscale.api.scoring`: descriptor sets, scoring, feature extraction
@@ -31,7 +31,7 @@ _HOME = {
     "compare": ("PerQueryRanks", "load_run"),    # not `compare`: it would shadow the submodule rscale.api.compare
     "config": ("estimator_from_config", "load_config"),
     "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
-    "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
+    "estimation": ("BUDGET_SIZES", "budget_check", "estimate", "predict"),
     "lora": ("load_lora_config", "model_lineage", "train_lora"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
     "o2i_strata": ("stratify_by_o2i",),

@@ -27,7 +27,7 @@ def estimator_params(method: str, params=()) -> dict:
     from rscale.errors import InvalidArgumentError
     kwargs = dict(_parse_param(p) for p in params)
     if method == "evt":
-        from rscale.core.estimators.evt import DEFAULT
+        from rscale.core.estimators.evt_config import DEFAULT
         from rscale.core.estimators.methods import evt_config
         for key, value in kwargs.items():
             if not hasattr(DEFAULT, key):
@@ -46,17 +46,18 @@ def estimator_params(method: str, params=()) -> dict:
     return kwargs
 
 
-def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
-    """Estimate hardness from a sample-stats file; write it to ``out`` when given.
+def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicates: int = 16) -> dict:
+    """Estimate hardness from a sample-stats file; write it to ``out`` when given, with
+    ``replicates`` hardness replicates (:mod:`rscale.core.replicates`: replicates / 2 half-sample
+    splits, 2 estimator fits each; 0: none, and then no benchmark interval).
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
     shape, share of queries whose fitted tail their own largest score rejects (evt methods),
-    seconds, files written.
+    replicates, seconds, files written.
     """
     import time
 
-    from rscale.core.estimators.base import HardnessEstimate
-    from rscale.core.estimators.evt import rule_shares
+    from rscale.core.estimators.base import HardnessEstimate, rule_shares
     from rscale.core.estimators.methods import HARDNESS_METHODS
     from rscale.core.estimators.methods import estimate as run
     from rscale.errors import InvalidArgumentError
@@ -71,6 +72,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
 
     from rscale.producers.lineage import digest_file, producer_run
     kwargs = estimator_params(method, params)
+    if replicates != 0 and (replicates < 4 or replicates % 2):
+        raise InvalidArgumentError(f"--replicates must be 0 or an even number >= 4 (e.g. 16), got {replicates}")
     if out is not None and Path(out).is_dir():
         raise InvalidArgumentError(f"the output {out} is a folder; name the hardness file to write "
                                    f"(e.g. {Path(out) / 'hardness.parquet'})")
@@ -78,12 +81,24 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
     # estimate first, then open the run that records the write: a failing estimate leaves no run
     t = time.perf_counter()
     est = run(ss, method, **kwargs)
-    secs = time.perf_counter() - t
     if not isinstance(est, HardnessEstimate):
         raise InvalidArgumentError(f"'{method}' does not produce per-positive hardness")
+    rep_meta, rep_note = {}, None
+    if replicates:
+        from dataclasses import replace
+
+        from rscale.core.replicates import SEED, hardness_replicates
+        from rscale.errors import RscaleError
+        try:
+            reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2)
+            est = replace(est, replicates=reps)
+            rep_meta = {"R": int(reps.shape[1]), "splits": replicates // 2, "kind": "half-sample pairs", "seed": SEED}
+        except RscaleError as exc:       # a sample too small to halve: stored without, and said
+            rep_note = f"no replicates: {exc}"
+    secs = time.perf_counter() - t
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        written = [str(p) for p in write_hardness(est, ss, out)] if out else []
+        written = [str(p) for p in write_hardness(est, ss, out, rep_meta)] if out else []
         if written:
             from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
@@ -92,7 +107,9 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
         record.metric("seconds", secs)
     summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
-               "written": written}
+               "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]), "written": written}
+    if rep_note:
+        summary["replicates_note"] = rep_note
     if "xi" in est.tail:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
         # fits pinned at the exponential boundary: many of them say the bounded family is too light
@@ -100,7 +117,7 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None) -> dict:
     if "gof_refit" in est.tail:   # queries whose threshold the goodness-of-fit rule raised
         summary["gof_refit_share"] = round(float(np.mean(est.tail["gof_refit"])), 4)
     if method in ("evt", "evt-paper"):
-        from rscale.core.estimators.evt import rejected_tails
+        from rscale.core.estimators.rejected_tails import rejected_tails
         summary["rejected_tail_share"] = round(float(rejected_tails(est, ss)[0].mean()), 4)
     return summary
 
@@ -126,205 +143,58 @@ def check_sample_of(ss, est, *, info, sample_name, hardness_name) -> None:
 
 def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None = None,
             level: float = 0.95, bootstrap: int = 1000, seed: int = 0, in_pool: bool = False,
-            sample_stats=None) -> list[dict]:
-    """Predicted metric values with query-bootstrap CIs from a hardness file.
+            sample_stats=None, ci_kind: str = "benchmark") -> list[dict]:
+    """Predicted metric values with the interval of kind ``ci_kind`` from a hardness file: the
+    interval ``rscale query`` reports for the same version, measure and N
+    (:func:`rscale.core.interval.predicted_intervals`, from the replicates the file carries).
 
-    With ``sample_stats`` (the sample the hardness was estimated from) the CI is the one
-    ``rscale query`` reports: widened by the distractor-sampling term and the convergence bound
-    (:func:`distractor_sd`; six half-sample re-estimations) and stretched to the tail-model
-    alternatives (:func:`tail_check`).
+    ``sample_stats`` (optional) is checked to be the sample the hardness was estimated from.
     """
-    from rscale.api.querying import TAIL_ALTERNATIVES
-    from rscale.core.prediction import predict_per_query, resolve_mode
-    from rscale.core.uncertainty import bootstrap_indices, percentile_ci, query_bootstrap, reported_interval
-    from rscale.errors import InvalidArgumentError
+    from rscale.core.interval import check_ci_kind, predicted_intervals
+    from rscale.core.prediction import resolve_mode
     from rscale.query.measures import Measure
     from rscale.store.hardness_file import read_hardness
     from rscale.store.sample_stats_file import read_sample_stats
 
+    check_ci_kind(ci_kind)
     est, info = read_hardness(hardness)
-    ss = None
     if sample_stats is not None:
         ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
         check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
-    idx = bootstrap_indices(est.n_sampled.size, bootstrap, seed) if bootstrap else None   # 0: values only
     s_max = float(est.n_sampled.max())
+    parsed = [m if isinstance(m, Measure) else Measure.parse(m) for m in measures]
+    cells = [(m, float(n)) for m in parsed for n in sizes]
+    answers = predicted_intervals(est, [(m.law_metric, m.k, n) for m, n in cells], mode=mode, ci_kind=ci_kind,
+                                  level=level, bootstrap=bootstrap, seed=seed,
+                                  in_pool_counts=info["counts"] if in_pool else None)
     rows = []
-    for m in measures:
-        measure = m if isinstance(m, Measure) else Measure.parse(m)
-        terms = check = None
-        if ss is not None:
-            terms = distractor_sd(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
-            check = tail_check(ss, est.method, params=est.params, measure=str(measure), sizes=tuple(sizes))
-        for j, n in enumerate(sizes):
-            pq = predict_per_query(est, measure.law_metric, n, measure.k, mode,
-                                   in_pool_counts=info["counts"] if in_pool else None)
-            lo, hi = percentile_ci(query_bootstrap(pq, idx=idx), level) if bootstrap else (np.nan, np.nan)
-            if terms is not None and bootstrap:
-                lo, hi = reported_interval(float(pq.mean()), lo, hi, terms["sd"][j], terms["step"][j],
-                                           alternatives=() if check is None else
-                                           [check[key][j] for key in TAIL_ALTERNATIVES if key in check])
-            rows.append({"measure": str(measure), "N": float(n), "value": float(pq.mean()),
-                         "ci_low": float(lo), "ci_high": float(hi), "level": level,
-                         "ci": "query + distractor + convergence + tail-model alternatives" if terms is not None
-                         else "query bootstrap",
-                         "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
-                         "extrapolation": float(n) / s_max,
-                         "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
+    for (measure, n), (pq, lo, hi) in zip(cells, answers):
+        rows.append({"measure": str(measure), "N": n, "value": float(pq.mean()),
+                     "ci_low": lo, "ci_high": hi, "level": level, "ci_kind": ci_kind,
+                     "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]),
+                     "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
+                     "extrapolation": n / s_max,
+                     "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
     return rows
 
 
-# the shape cap of the heavy-tail alternative: GPD tails with finite variance
-HEAVY_XI_MAX = 0.5
-BUDGET_SIZES = tuple(10.0 ** e for e in range(5, 11))
+from rscale.core.budget import BUDGET_SIZES  # noqa: E402  (api.BUDGET_SIZES: the budget check's sizes)
+
+
+def _sample(sample_stats):
+    from rscale.store.sample_stats_file import read_sample_stats
+    return read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+
+
+def _measure(measure: str) -> dict:
+    from rscale.query.measures import Measure
+    m = Measure.parse(measure)
+    return {"metric": m.law_metric, "k": m.k, "label": str(m)}
 
 
 def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
                  sizes=BUDGET_SIZES, seed: int = 0) -> dict:
-    """The sufficient-budget diagnostic of a sample, for the gallery sizes in ``sizes``.
-
-    Re-estimates hardness on nested sub-samples S/8, S/4, S/2 (derived from the sample stats)
-    and predicts ``measure`` from each; N is supported when the last doubling (S/2 -> S) moves the
-    prediction by no more than query-sampling noise (the paper's criterion; the accuracy benchmark
-    shows it does not flag near-duplicate tails at 1-2% samples). The sub-samples keep only the
-    matching share of the top-K list, so their tail fits see fewer excesses than a real run at that
-    size would: the check errs on the side of warning.
-    """
-    from rscale.core.estimators.methods import estimate as run
-    from rscale.core.prediction import predict_per_query
-    from rscale.core.subsample import subsample
-    from rscale.core.uncertainty import sufficient_budget
-    from rscale.query.measures import Measure
-    from rscale.store.sample_stats_file import read_sample_stats
-
-    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-    m = Measure.parse(measure)
-    kwargs = _method_kwargs(method, params)
-    chain = [ss]
-    for i in range(3):
-        chain.append(subsample(chain[-1], 0.5, seed=seed + i))
-    chain = chain[::-1]                                   # S/8, S/4, S/2, S
-    fractions = [0.125, 0.25, 0.5, 1.0]
-    ests = [run(sub, method, **kwargs) for sub in chain]
-    out = {"measure": str(m), "fractions": fractions, "S": int(ss.n_sampled.max()), "N": [], "predictions": [],
-           "last_step": [], "last_step_ci": [], "sufficient": []}
-    for n in sizes:
-        per = [predict_per_query(e, m.law_metric, n, m.k) for e in ests]
-        check = sufficient_budget(per, fractions, seed=seed, b=500)
-        out["N"].append(float(n))
-        out["predictions"].append([round(float(p), 5) for p in check.predictions])
-        out["last_step"].append(round(check.last_step.value, 5))
-        out["last_step_ci"].append([round(check.last_step.lo, 5), round(check.last_step.hi, 5)])
-        out["sufficient"].append(bool(check.sufficient))
-        out.setdefault("noise", []).append(round(check.noise, 5))
-    ok = [n for n, good in zip(out["N"], out["sufficient"]) if good]
-    out["supported_up_to"] = max(ok) if ok and out["sufficient"][0] else None
-    return out
-
-
-def distractor_sd(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
-                  splits: int = 3) -> dict:
-    """The distractor-sampling-plus-fit term of a prediction's uncertainty (the nested bootstrap)
-    and its convergence step.
-
-    The sample is split into two disjoint halves ``splits`` times; each half is re-estimated and
-    predicts the measure; the spread of the prediction from the whole sample follows from the
-    half-sample differences (:func:`rscale.core.uncertainty.distractor_spread`), and the mean
-    half-sample prediction minus the whole sample's is the step that bounds the remaining bias
-    (:func:`rscale.core.uncertainty.reported_interval`).
-    """
-    from rscale.core.estimators.methods import estimate as run
-    from rscale.core.prediction import predict_per_query
-    from rscale.core.subsample import split_halves
-    from rscale.core.uncertainty import convergence_step, distractor_spread
-    from rscale.query.measures import Measure
-    from rscale.store.sample_stats_file import read_sample_stats
-
-    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-    m = Measure.parse(measure)
-    kwargs = _method_kwargs(method, params)
-    preds = []                                                   # (splits*2, len(sizes))
-    for i in range(splits):
-        for half in split_halves(ss, seed=100 + i):
-            e = run(half, method, **kwargs)
-            preds.append([predict_per_query(e, m.law_metric, n, m.k).mean() for n in sizes])
-    preds = np.asarray(preds)
-    full = run(ss, method, **kwargs)
-    sd = [distractor_spread(preds[:, j]) for j in range(len(sizes))]
-    step = [convergence_step(preds[:, j], float(predict_per_query(full, m.law_metric, n, m.k).mean()))
-            for j, n in enumerate(sizes)]
-    return {"measure": str(m), "N": list(sizes), "sd": [round(float(v), 5) for v in sd],
-            "step": [round(float(v), 5) for v in step], "splits": splits}
-
-
-def tail_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000", sizes=BUDGET_SIZES,
-               level: float = 0.01) -> dict | None:
-    """The tail-model alternatives of an evt estimate (None for other methods): predictions under
-    other tail models its data do not rule out, the ends the reported interval stretches to.
-
-    ``alternative``: queries whose fitted tail their own largest sampled excess rejects
-    (:func:`rscale.core.estimators.evt.rejected_tails`) get their tail-derived positives at the
-    count bound (c + 1) / S. ``own_shape`` / ``shared_shape``: every query with its own fitted
-    GPD shape, or with the shape shrunk toward the across-query centre by empirical Bayes
-    (``pool_xi="shrink"``, scales refitted); whichever the estimate itself is not (the default
-    averages the two, so both are given). Per-query shapes carry a standard error of about 0.07 at
-    200 excesses, which spreads deep-tail hardness over decades; one shape for all is the opposite
-    assumption, and neither is the better model on every family (docs/benchmarks.md).
-    ``heavy_shape``: every query's own shape with the bounded-tail constraint xi <= 0 lifted to
-    xi <= HEAVY_XI_MAX. Cosine scores are bounded, but over the decades a sample sees their tail
-    can decay more slowly than any bounded GPD (a mixture of distractor populations); where fits
-    pile up at xi = 0 the data are asking for this model.
-    ``single_threshold``: every query at the configured threshold, when the estimate raises it for
-    queries whose GPD fails the goodness-of-fit test (``gof_crit``): the refit helps on dense
-    near-duplicate clusters and overshoots on some sparser ones (docs/benchmarks.md).
-    """
-    if method not in ("evt", "evt-paper"):
-        return None
-    from dataclasses import asdict
-
-    from rscale.core.estimators.evt import count_bound, rejected_tails
-    from rscale.core.estimators.methods import estimate as run
-    from rscale.core.prediction import predict_per_query
-    from rscale.query.measures import Measure
-    from rscale.store.sample_stats_file import read_sample_stats
-
-    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-    m = Measure.parse(measure)
-    kwargs = _method_kwargs(method, params)
-    est = run(ss, method, **kwargs)
-    flagged, _ = rejected_tails(est, ss, level)
-
-    def mean_at(e):
-        return [round(float(predict_per_query(e, m.law_metric, n, m.k).mean()), 5) for n in sizes]
-
-    out = {"measure": str(m), "N": list(sizes), "level": level, "rejected_share": round(float(flagged.mean()), 4),
-           "alternative": mean_at(count_bound(est, ss, flagged))}
-    base = {**asdict(_evt_config_of(method, kwargs))}
-    if not base["posterior"]:
-        if base["pool_xi"] != "none":
-            out["own_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "none"}))
-        if base["pool_xi"] not in ("shrink", "full"):
-            out["shared_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "shrink"}))
-        if base["xi_max"] == 0.0:
-            out["heavy_shape"] = mean_at(run(ss, "evt", **{**base, "pool_xi": "none", "xi_max": HEAVY_XI_MAX}))
-    if base["gof_crit"] > 0:
-        out["single_threshold"] = mean_at(run(ss, "evt", **{**base, "gof_crit": 0.0}))
-    return out
-
-
-def _evt_config_of(method: str, kwargs: dict):
-    """The EVTConfig an evt method ran with."""
-    from rscale.core.estimators.evt import PAPER
-    from rscale.core.estimators.methods import evt_config
-    return PAPER if method == "evt-paper" else evt_config(kwargs)
-
-
-def _method_kwargs(method: str, params: dict) -> dict:
-    """The stored parameters an estimator accepts again (evt's config fields; none otherwise)."""
-    if method != "evt":
-        return {}
-    from dataclasses import fields as dc_fields
-
-    from rscale.core.estimators.evt import EVTConfig
-    known = {f.name for f in dc_fields(EVTConfig)}
-    return {k: v for k, v in params.items() if k in known}
+    """The sufficient-budget diagnostic of a sample file (:func:`rscale.core.budget.budget_check`;
+    registration runs it against the stored estimate)."""
+    from rscale.core.budget import budget_check as check
+    return check(_sample(sample_stats), method, params=params, sizes=sizes, seed=seed, **_measure(measure))

@@ -5,14 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 
-def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
-    """Answer a query from stored hardness: rows of predictions with CIs, plus warnings."""
+def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
+          ci_kind: str = "benchmark") -> dict:
+    """Answer a query from stored hardness: rows of predictions with intervals of kind
+    ``ci_kind`` (``benchmark`` or ``population``, :mod:`rscale.core.interval`), plus warnings."""
+    from rscale.core.interval import check_ci_kind
     from rscale.core.prediction import resolve_mode
     from rscale.core.uncertainty import paired_difference
     from rscale.errors import QuerySyntaxError
     from rscale.query.grammar import parse
     from rscale.store.registry import Registry
 
+    check_ci_kind(ci_kind)
     q = parse(text)
     if not q.sizes:
         raise QuerySyntaxError(f"say at which gallery size: add 'at N=1e8' (query: {q})")
@@ -37,14 +41,19 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
                 f"nothing beyond its top 1/S; at S = 10k of a 1M pool the reported interval covered only 61-80% "
                 f"of simulator cells (docs/benchmarks.md): sample {SMALL_SAMPLE:,} or more")
         cells = [(m, n) for m in q.measures for n in q.sizes]
-        answers = reported_intervals(v, est, cells=cells, mode=q.mode, bootstrap=bootstrap, seed=seed, level=level)
+        answers = reported_intervals(est, cells=cells, mode=q.mode, ci_kind=ci_kind, bootstrap=bootstrap, seed=seed,
+                                     level=level)
+        if est.replicates is None and (ci_kind == "benchmark" or bootstrap):
+            warnings.append(f"{label[_key(v)]}: its hardness has no replicates (a version-1 file or a sample too small "
+                            "to halve): no distractor or tail-model term, " +
+                            ("no benchmark interval" if ci_kind == "benchmark" else "the query bootstrap alone") +
+                            "; re-run 'rscale estimate' and register again")
         for (m, n), (pq, lo, hi) in zip(cells, answers):
             per_query[(_key(v), str(m), n)] = (info["query_ids"], pq)
-            r_lo, r_hi = _with_sensitivity(v.summary.get("sensitivity"), str(m), n, float(lo), float(hi))
             row_series.append(_key(v))
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
-                         "ci_high": float(hi), "range_low": r_lo, "range_high": r_hi, "estimator": v.estimator,
+                         "ci_high": float(hi), "ci_kind": ci_kind, "estimator": v.estimator,
                          "mode": resolve_mode(m.law_metric, q.mode),
                          "extrapolation": n / s_max})
     # ranking resolution between backbones evaluated on the same queries
@@ -63,12 +72,12 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
                                     f"{d.value:+.4f}, within resolution ({level:.0%} CI {d.lo:+.4f}..{d.hi:+.4f}): "
                                     "not ranked")
     for v in versions:
-        check = v.summary.get("tail_check")
+        check = v.summary.get("rejected_tails") or v.summary.get("tail_check")   # the latter: older registrations
         if check and check.get("rejected_share", 0.0) >= REJECTED_WARN:
             warnings.append(
                 f"{label[_key(v)]}: the fitted tail of {check['rejected_share']:.0%} of queries is rejected by their own "
-                f"largest sampled score (p < {check['level']:g}; near-duplicate clusters?): the interval spans the "
-                "count bound for them, and a larger sample would narrow it")
+                f"largest sampled score (p < {check['level']:g}; near-duplicate clusters?): their hardness may be "
+                "understated beyond what the interval carries, and a larger sample would narrow it")
         budget = v.summary.get("budget")
         if not budget or "error" in budget:
             continue
@@ -100,24 +109,14 @@ def _known_estimator(estimator: str, catalog) -> None:
         from rscale.errors import QuerySyntaxError
         raise QuerySyntaxError(f"unknown estimator {estimator!r} in 'using {estimator}' (estimators: "
                                f"{', '.join(HARDNESS_METHODS)}; in this registry: {', '.join(present) or 'none'})")
-def reported_intervals(v, est, *, cells, mode=None, bootstrap: int = 1000, seed: int = 0, level: float = 0.95):
+def reported_intervals(est, *, cells, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000, seed: int = 0,
+                       level: float = 0.95):
     """(per-query values, low, high) of the interval ``rscale query`` reports, for each
-    (measure, N) cell of one version: the query-bootstrap percentile CI widened by the version's
-    stored distractor, convergence and tail-model terms (:func:`_reported_ci`). NaN bounds
-    without a bootstrap. ``rscale curve`` draws its band from the same function."""
-    from rscale.core.prediction import predict_per_query
-    from rscale.core.uncertainty import percentile_ci, query_bootstrap
-
-    pqs = np.stack([predict_per_query(est, m.law_metric, n, m.k, mode) for m, n in cells])
-    # one pass over the resamples for every measure and size of this version
-    cis = np.stack(percentile_ci(query_bootstrap(pqs, bootstrap, seed), level), axis=1) if bootstrap else None
-    out = []
-    for i, (m, n) in enumerate(cells):
-        lo, hi = cis[i] if bootstrap else (np.nan, np.nan)
-        lo, hi = _reported_ci(v.summary.get("distractor_sd"), v.summary.get("tail_check"), str(m), n,
-                              float(pqs[i].mean()), float(lo), float(hi))
-        out.append((pqs[i], float(lo), float(hi)))
-    return out
+    (measure, N) cell of one version's hardness: :func:`rscale.core.interval.predicted_intervals`,
+    the function ``rscale predict`` and ``rscale curve`` call too."""
+    from rscale.core.interval import predicted_intervals
+    return predicted_intervals(est, [(m.law_metric, m.k, float(n)) for m, n in cells], mode=mode, ci_kind=ci_kind,
+                               level=level, bootstrap=bootstrap, seed=seed)
 
 
 def _key(v) -> tuple:
@@ -138,54 +137,15 @@ def _series_labels(versions) -> dict:
     return out
 
 
-# the tail_check entries (rscale.api.estimation.tail_check) the reported interval stretches to,
-# when a version has them
-TAIL_ALTERNATIVES = ("alternative", "own_shape", "shared_shape", "heavy_shape", "single_threshold")
 SMALL_SAMPLE = 50_000  # below this many sampled distractors the simulator's coverage falls (docs/benchmarks.md)
 REJECTED_WARN = 0.05   # twice-and-more the false-rejection rate expected at level 0.01 plus noise
-
-
-def _reported_ci(dsd, check, measure: str, n: float, value: float, lo: float, hi: float):
-    """Widen a query CI by the stored distractor-sampling term (quadrature), convergence step and
-    rejected-tail alternative (versions registered before a term was stored go without it),
-    log-N interpolated within the stored sizes."""
-    from rscale.core.uncertainty import reported_interval
-
-    def at(entry, key):
-        if not entry or "error" in entry or entry.get("measure") != measure or key not in entry:
-            return None
-        x = np.log10(np.asarray(entry["N"], dtype=float))
-        if not x[0] <= np.log10(n) <= x[-1]:
-            return None
-        return float(np.interp(np.log10(n), x, entry[key]))
-
-    if np.isnan(lo):
-        return lo, hi
-    sd, step = at(dsd, "sd"), at(dsd, "step")
-    alts = [at(check, key) for key in TAIL_ALTERNATIVES]
-    if sd is None and all(a is None for a in alts):
-        return lo, hi
-    return reported_interval(value, lo, hi, sd or 0.0, step or 0.0, alternatives=alts)
-
-
-def _with_sensitivity(sens, measure: str, n: float, lo: float, hi: float):
-    """The union of a CI and the stored estimator-sensitivity band (log-N interpolated), when the
-    version has one for this measure; else the CI itself."""
-    if not sens or sens.get("measure") != measure or np.isnan(lo):
-        return lo, hi
-    x = np.log10(np.asarray(sens["N"], dtype=float))
-    if not x[0] <= np.log10(n) <= x[-1]:
-        return lo, hi
-    band_lo = float(np.interp(np.log10(n), x, sens["low"]))
-    band_hi = float(np.interp(np.log10(n), x, sens["high"]))
-    return min(lo, band_lo), max(hi, band_hi)
 
 
 DEFAULT_CURVE_RANGE = (1e5, 1e9)
 
 
 def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=None, bootstrap: int = 1000,
-          seed: int = 0, level: float = 0.95) -> dict:
+          seed: int = 0, level: float = 0.95, ci_kind: str = "benchmark") -> dict:
     """Metric vs N for every backbone of a query (no sizes in it): values, band, sampled points.
 
     The band is the interval ``rscale query`` reports at each N (:func:`reported_intervals`, the
@@ -200,6 +160,8 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
     from rscale.query.grammar import parse, parse_size
     from rscale.store.registry import Registry
 
+    from rscale.core.interval import check_ci_kind
+    check_ci_kind(ci_kind)
     q = parse(text)
     if q.sizes:
         raise QuerySyntaxError(f"a curve query names no sizes (use --n for the range): {q}")
@@ -242,11 +204,11 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
     for v, per in zip(versions, measured):
         est, _ = reg.read_hardness(v)
         for m in q.measures:
-            band = reported_intervals(v, est, cells=[(m, float(n)) for n in ns], mode=q.mode, bootstrap=bootstrap,
-                                      seed=seed, level=level)
+            band = reported_intervals(est, cells=[(m, float(n)) for n in ns], mode=q.mode, ci_kind=ci_kind,
+                                      bootstrap=bootstrap, seed=seed, level=level)
             series.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                            "measure": str(m), "N": ns.tolist(), "value": [float(pq.mean()) for pq, _, _ in band],
-                           "ci_low": [lo for _, lo, _ in band], "ci_high": [hi for _, _, hi in band],
+                           "ci_low": [lo for _, lo, _ in band], "ci_high": [hi for _, _, hi in band], "ci_kind": ci_kind,
                            "sampled": per[str(m)]})
     return {"query": str(q), "series": series}
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
-from rscale.api.estimation import BUDGET_SIZES, budget_check, distractor_sd, tail_check
 from rscale.api.querying import query
 
 
-def registration_summary(hardness, sample_stats=None) -> dict:
-    """The summary a version is registered with, computed from its hardness table and (when
-    given) the sample stats it was estimated from: sizes, rule shares, budget check, distractor
-    and tail-model terms, sensitivity band. Import recomputes it from a bundle's verified blobs."""
-    from rscale.core.estimators.evt import rule_shares
+def registration_summary(hardness, sample_stats=None, *, tail_fits=None) -> dict:
+    """The summary a version is registered with: what its hardness table carries (sizes, rule
+    shares, replicates) and, when given the sample stats it was estimated from, the share of
+    rejected tails (no fit) and the sufficient-budget check (:func:`rscale.core.budget.budget_check`:
+    3 estimator fits, on S/8, S/4, S/2; S is the stored estimate). Nothing is re-estimated at S:
+    the interval comes from the stored replicates. Import recomputes it from a bundle's verified blobs."""
+    from rscale.core.estimators.base import rule_shares
     from rscale.errors import RscaleError
     from rscale.store.hardness_file import read_hardness
 
@@ -22,32 +24,27 @@ def registration_summary(hardness, sample_stats=None) -> dict:
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
-               "draws": 0 if est.draws is None else int(est.draws.shape[1])}
+               "draws": 0 if est.draws is None else int(est.draws.shape[1]),
+               "replicates": 0 if est.replicates is None else int(est.replicates.shape[1])}
     if sample_stats is None:
         return summary
+    from rscale.core.budget import budget_check
     from rscale.store.sample_stats_file import read_sample_stats
     ss = read_sample_stats(sample_stats)
     try:
-        summary["budget"] = budget_check(ss, est.method, params=est.params)
+        summary["budget"] = budget_check(ss, est.method, params=est.params, full=est)
     except RscaleError as exc:  # a sample too small to halve three times: say so, still register
         summary["budget"] = {"error": str(exc)}
-    if est.method == "evt":
-        from dataclasses import fields as dc_fields
+    from rscale.store.hardness_file import read_tail_fits, tail_path
+    tails = tail_path(hardness) if tail_fits is None else Path(tail_fits)
+    if est.method in ("evt", "evt-paper") and tails.exists():
+        from dataclasses import replace
 
-        from rscale.core.estimators.evt import EVTConfig
-        from rscale.core.estimators.sensitivity import sensitivity_range
-        known = {f.name for f in dc_fields(EVTConfig)}
-        base = {k: v for k, v in est.params.items() if k in known and k not in ("q", "count_test")}
-        lo, hi = sensitivity_range(ss, "AP", BUDGET_SIZES, 1000, base)
-        summary["sensitivity"] = {"measure": "mAP@1000", "N": list(BUDGET_SIZES),
-                                  "low": [round(float(v), 5) for v in lo], "high": [round(float(v), 5) for v in hi]}
-    try:
-        summary["distractor_sd"] = distractor_sd(ss, est.method, params=est.params)
-    except RscaleError as exc:
-        summary["distractor_sd"] = {"error": str(exc)}
-    check = tail_check(ss, est.method, params=est.params)
-    if check is not None:
-        summary["tail_check"] = check
+        from rscale.core.estimators.evt_config import REJECT_LEVEL
+        from rscale.core.estimators.rejected_tails import rejected_tails
+        _qids, fits = read_tail_fits(tails)
+        flagged, _ = rejected_tails(replace(est, tail=fits), ss, REJECT_LEVEL)
+        summary["rejected_tails"] = {"level": REJECT_LEVEL, "rejected_share": round(float(flagged.mean()), 4)}
     return summary
 
 
@@ -182,21 +179,21 @@ def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
     return Registry.locate(registry).gc(grace_s=grace_s, dry_run=dry_run)
 
 
-def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9)) -> str:
+def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark") -> str:
     """A markdown summary of a registry: latest version of every series x measures x sizes."""
     from rscale.query.grammar import format_size
     from rscale.store.registry import Registry
 
     reg = Registry.locate(registry)
     versions = [v for v in reg.versions() if "latest" in v.tags]
-    lines = [f"# rscale report: {reg.root}", ""]
+    lines = [f"# rscale report: {reg.root}", "", f"Intervals: 95%, ci_kind {ci_kind}.", ""]
     for m in measures:
         lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | "
                   + " | ".join(f"N={format_size(int(n))}" for n in sizes) + " |",
                   "|---|---|---|---|---|" + "---|" * len(sizes)]
         for v in versions:
             ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} for {v.backbone}@v{v.version} "
-                        f"on {v.benchmark} using {v.estimator}", registry, bootstrap=200)
+                        f"on {v.benchmark} using {v.estimator}", registry, bootstrap=200, ci_kind=ci_kind)
             cells = [f"{r['value']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in ans["rows"]]
             lines.append(f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | "
                          f"{v.summary.get('S_max', 0):,} | " + " | ".join(cells) + " |")

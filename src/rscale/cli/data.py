@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import gallery_size, output_file, positive_int
+from rscale.cli.options import ci_option, gallery_size, output_file, positive_int
 
 
 def simulate(
@@ -46,9 +46,12 @@ def estimate(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Hardness Parquet file to write."),
     config: Optional[Path] = typer.Option(None, "--config", help="Take method and parameters from the "
                                           "'estimate:' section of this YAML file (params.yaml)."),
+    replicates: int = typer.Option(16, "--replicates", help="Hardness replicates stored for the interval "
+                                   "(half of them half-sample splits, 2 fits each; 0: none)."),
     fmt: str = output.format_option(output.TEXT, output.JSON),
 ):
-    """Estimate per-positive hardness from a distractor sample."""
+    """Estimate per-positive hardness from a distractor sample, with the replicates every
+    command's interval comes from."""
     from rscale import api
 
     output_file(out)
@@ -56,10 +59,12 @@ def estimate(
     if config:
         method, from_file = api.estimator_from_config(config)
         params = from_file + params
-    output.print_mapping(api.estimate(sample_stats, method=method, params=params, out=out), fmt)
+    positive_int(replicates, "--replicates", minimum=0, maximum=MAX_REPLICATES)
+    output.print_mapping(api.estimate(sample_stats, method=method, params=params, out=out, replicates=replicates), fmt)
 
 
-PREDICTION_COLUMNS = ["measure", "N", "value", "ci_low", "ci_high", "ci", "estimator", "mode", "extrapolation"]
+MAX_REPLICATES = 256
+PREDICTION_COLUMNS = ["measure", "N", "value", "ci_low", "ci_high", "ci_kind", "estimator", "mode", "extrapolation"]
 
 
 def predict(
@@ -69,17 +74,18 @@ def predict(
     mode: Optional[str] = typer.Option(None, help="plugin or expected (default: plugin for mAP/MRR, expected for R/Recall)."),
     in_pool: bool = typer.Option(False, "--in-pool", help="The gallery contains the sample (a fixed pool of size N): "
                                  "condition on the observed counts."),
-    sample: Optional[Path] = typer.Option(None, "--sample", help="The sample stats the hardness came from: "
-                                          "widen the CI as rscale query does (distractor, convergence and "
-                                          "tail-model terms)."),
+    sample: Optional[Path] = typer.Option(None, "--sample", help="The sample stats the hardness came from "
+                                          "(checked to be its sample)."),
+    ci: str = ci_option(),
     fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV),
 ):
-    """Predict metrics at any gallery size from stored hardness, with 95% CIs (query bootstrap;
-    with --sample also the distractor-sampling, convergence and tail-model terms)."""
+    """Predict metrics at any gallery size from stored hardness, with the 95% interval rscale
+    query reports (from the replicates the file carries; --ci population adds the query bootstrap)."""
     from rscale import api
 
     sizes = [float(gallery_size(v)) for v in n]
-    rows = api.predict(hardness, measures=metric, sizes=sizes, mode=mode, in_pool=in_pool, sample_stats=sample)
+    rows = api.predict(hardness, measures=metric, sizes=sizes, mode=mode, in_pool=in_pool, sample_stats=sample,
+                       ci_kind=ci)
     output.print_rows(rows, fmt, PREDICTION_COLUMNS)
 
 

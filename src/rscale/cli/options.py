@@ -59,3 +59,13 @@ def output_folder(path: Path, option: str = "--out") -> Path:
     if path.exists() and not path.is_dir():
         raise InvalidArgumentError(f"{option} {path} is a file; name a folder to write into")
     return path
+
+
+CI_KINDS = ("benchmark", "population")   # rscale.core.interval.CI_KINDS (not imported: the cold path)
+
+
+def ci_option():
+    import click
+    return typer.Option("benchmark", "--ci", click_type=click.Choice(CI_KINDS),
+                        help="benchmark: the value of these queries (distractor sampling and tail-model "
+                             "uncertainty, from the stored replicates); population: also the query bootstrap.")

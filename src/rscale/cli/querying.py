@@ -8,22 +8,31 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import MAX_BOOTSTRAP, MAX_POINTS, gallery_size, output_file, positive_int, registry_option
+from rscale.cli.options import (
+    MAX_BOOTSTRAP,
+    MAX_POINTS,
+    ci_option,
+    gallery_size,
+    output_file,
+    positive_int,
+    registry_option,
+)
 
-QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high", "range_low", "range_high",
+QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high", "ci_kind",
                  "estimator", "extrapolation"]
 
 
 def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
           registry: Optional[Path] = registry_option(),
           fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV),
-          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the CI (0: values only; "
-                                                  "at most 10,000).")):
+          bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for --ci population (0: values "
+                                                  "only; at most 10,000)."),
+          ci: str = ci_option()):
     """Answer a query from stored hardness (see the grammar in the README)."""
     from rscale import api
 
     positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
-    ans = api.query(text, registry=registry, bootstrap=bootstrap)
+    ans = api.query(text, registry=registry, bootstrap=bootstrap, ci_kind=ci)
     if fmt == output.JSON:
         output.print_json(ans)
         return
@@ -69,6 +78,7 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Image to write (png, svg, pdf)."),
           fmt: str = output.format_option(output.PLOT, output.JSON, output.CSV,
                                           help="plot (needs --out), json or csv."),
+          ci: str = ci_option(),
           registry: Optional[Path] = registry_option()):
     """Metric vs N with its CI band and the points measured on the sample."""
     from rscale import api
@@ -78,14 +88,15 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
     output_file(out)
     if fmt == output.PLOT and out is None:
         raise InvalidArgumentError("--format plot needs --out FILE.png (or use --format json/csv)")
-    data = api.curve(text, n_range=n, points=points, registry=registry)
+    data = api.curve(text, n_range=n, points=points, registry=registry, ci_kind=ci)
     if fmt == output.JSON:
         output.print_json(data)
     elif fmt == output.CSV:
-        typer.echo("backbone,version,measure,N,value,ci_low,ci_high")
+        typer.echo("backbone,version,measure,N,value,ci_low,ci_high,ci_kind")
         for s in data["series"]:
             for row in zip(s["N"], s["value"], s["ci_low"], s["ci_high"]):
-                typer.echo(f"{s['backbone']},{s['version']},{s['measure']}," + ",".join(f"{x:g}" for x in row))
+                typer.echo(f"{s['backbone']},{s['version']},{s['measure']}," + ",".join(f"{x:g}" for x in row)
+                           + f",{s['ci_kind']}")
     else:
         typer.echo(f"wrote {api.plot_curve(data, out)}")
 
@@ -93,12 +104,13 @@ def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, sig
 def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write markdown (.md) or HTML (.html)."),
            metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
            n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
+           ci: str = ci_option(),
            registry: Optional[Path] = registry_option()):
     """Summarise a registry: backbones x gallery sizes, with estimator diagnostics (markdown or HTML)."""
     from rscale import api
 
     output_file(out)
-    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n])
+    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n], ci_kind=ci)
     if out is None:
         typer.echo(text)
         return

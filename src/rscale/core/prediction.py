@@ -62,6 +62,22 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
     return np.mean(vals, axis=0)
 
 
+def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
+                        mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
+    """Per-query predicted metric from each stored hardness replicate (a half-sample estimate), shape (R, Q)."""
+    mode = resolve_mode(metric, mode)
+    r = est.replicates.shape[1]
+    if in_pool_counts is not None:
+        if mode != "plugin":
+            from rscale.errors import InvalidArgumentError
+            raise InvalidArgumentError("in-pool predictions use the plug-in mode")
+        s = np.repeat(est.n_sampled, np.diff(est.offsets))
+        return np.stack([law.per_query(law.Hardness.from_flat(in_pool_hardness(est.replicates[:, j], in_pool_counts,
+                                                                                s, float(n)), est.offsets),
+                                       metric, n, k, mode) for j in range(r)])
+    return np.stack([law.per_query(h, metric, n, k, mode) for h in est.replicate_hardness()])
+
+
 def predict(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
             mode: str | None = None) -> float:
     return float(predict_per_query(est, metric, n, k, mode).mean())

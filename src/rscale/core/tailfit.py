@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rscale.core.gpd import gpd_loglik
 from rscale.errors import InvalidArgumentError
 
 _GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0
@@ -42,54 +43,6 @@ class GPDFit:
         """Largest excess with positive density: -sigma/xi for xi < 0, inf otherwise."""
         with np.errstate(divide="ignore"):
             return np.where(self.xi < 0, -self.sigma / np.minimum(self.xi, -1e-300), np.inf)
-
-
-def gpd_logsf(y, xi, sigma):
-    """log P(Y >= y) for GPD excesses (vectorised; -inf beyond the endpoint)."""
-    y = np.asarray(y, dtype=np.float64)
-    xi = np.asarray(xi, dtype=np.float64)
-    sigma = np.asarray(sigma, dtype=np.float64)
-    z = xi * y / sigma
-    small = np.abs(xi) < 1e-12
-    with np.errstate(divide="ignore", invalid="ignore"):
-        general = -np.log1p(np.maximum(z, -1.0)) / np.where(small, 1.0, xi)
-    out = np.where(small, -y / sigma, general)
-    out = np.where(z <= -1.0, -np.inf, out)
-    return np.where(y <= 0, 0.0, out)
-
-
-def anderson_darling(y, xi, sigma) -> np.ndarray:
-    """Anderson-Darling statistic A^2 of each row of NaN-padded excesses y (Q, n) against
-    GPD(xi[q], sigma[q]): A^2 = -n - (1/n) sum_i (2i - 1) [log F(y_(i)) + log(1 - F(y_(n+1-i)))].
-
-    With (xi, sigma) fitted to the same row, its null distribution depends on xi and n only a
-    little (rscale.core.estimators.evt.GOF_CRIT is calibrated by simulation; tests re-derive it).
-    """
-    y = np.atleast_2d(np.asarray(y, dtype=np.float64))
-    valid = ~np.isnan(y)
-    n = valid.sum(axis=1)
-    cdf = -np.expm1(gpd_logsf(np.where(valid, y, 0.0), np.asarray(xi, dtype=np.float64)[:, None],
-                              np.asarray(sigma, dtype=np.float64)[:, None]))
-    cdf = np.sort(np.where(valid, np.clip(cdf, 1e-12, 1.0 - 1e-12), np.nan), axis=1)   # NaN last
-    i = np.arange(y.shape[1])[None, :]
-    inside = i < n[:, None]
-    mirror = np.take_along_axis(cdf, np.clip(n[:, None] - 1 - i, 0, y.shape[1] - 1), axis=1)
-    terms = (2 * i + 1) * (np.log(np.where(inside, cdf, 0.5)) + np.log1p(-np.where(inside, mirror, 0.5)))
-    return -n - np.sum(np.where(inside, terms, 0.0), axis=1) / np.maximum(n, 1)
-
-
-def gpd_loglik(y, xi, sigma):
-    """Per-query log-likelihood of NaN-padded excesses y (Q, n) under GPD(xi, sigma)."""
-    y = np.asarray(y, dtype=np.float64)
-    xi = np.asarray(xi, dtype=np.float64)[:, None]
-    sigma = np.asarray(sigma, dtype=np.float64)[:, None]
-    z = xi * y / sigma
-    small = np.abs(xi) < 1e-12
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_f = -np.log(sigma) - np.where(small, y / sigma,
-                                          (1.0 / np.where(small, 1.0, xi) + 1.0) * np.log1p(z))
-    log_f = np.where(z <= -1.0, -np.inf, log_f)
-    return np.nansum(np.where(np.isnan(y), np.nan, log_f), axis=1)
 
 
 def _profile(y, theta, valid, n):
@@ -244,89 +197,3 @@ def fit_sigma_given_xi(y, xi, iterations: int = 80) -> np.ndarray:
         g = (1.0 + xi) * np.sum(np.where(valid, yy / (mid[:, None] + xi[:, None] * yy), 0.0), axis=1) - n
         lo, hi = np.where(g > 0, mid, lo), np.where(g > 0, hi, mid)
     return np.sqrt(lo * hi)
-
-
-@dataclass(frozen=True)
-class GPDPosterior:
-    """Shape-parameter uncertainty of each query's tail: M (xi, sigma) points with weights.
-
-    ``weight`` rows sum to 1: the profile likelihood times a flat prior on xi in [xi_min, 0],
-    integrated with the trapezoid rule over a grid that is uniform in xi across the region
-    holding the likelihood mass (log-likelihood within ``span`` of its maximum).
-    """
-
-    xi: np.ndarray       # (Q, M)
-    sigma: np.ndarray    # (Q, M)
-    weight: np.ndarray   # (Q, M)
-
-
-def _xi_sigma_at(yy, valid, n, mean, ymax, uu):
-    """Profile xi, sigma, loglik at per-query u values (u = theta * ymax; u = 0 is exponential)."""
-    theta = np.maximum(uu, 1e-300) / ymax
-    xi, ll = _profile(yy, theta, valid, n)
-    expo = uu <= 1e-12
-    xi = np.where(expo, 0.0, xi)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sigma = np.where(expo, mean, -xi / theta)
-    ll = np.where(expo, n * (-np.log(mean) - 1.0), ll)
-    return xi, sigma, ll
-
-
-def gpd_posterior(y, xi_min: float = -1.0, points: int = 40, coarse: int = 64,
-                  span: float = 12.0) -> GPDPosterior:
-    """Weighted (xi, sigma) points covering each query's likelihood for xi in [xi_min, 0].
-
-    Two passes, vectorised over queries: a coarse grid in u = theta * max(y) locates the region
-    where the profile log-likelihood is within ``span`` of its maximum; a second grid, uniform in
-    xi over that region (mapped back to u by interpolating the monotone coarse xi(u) table), carries
-    the weights. Cost: (coarse + points) passes over the excess matrix.
-    """
-    y = np.atleast_2d(np.asarray(y, dtype=np.float64))
-    valid = ~np.isnan(y)
-    n = valid.sum(axis=1).astype(np.float64)
-    if np.any(n < 2):
-        raise InvalidArgumentError("each query needs at least 2 excesses to fit a tail")
-    ymax = np.nanmax(y, axis=1)
-    mean = np.nansum(y, axis=1) / n
-    yy = np.where(valid, y, 0.0)
-    q = y.shape[0]
-    ug = np.concatenate([[0.0], 1.0 - np.geomspace(1.0, 1e-9, coarse)[1:]])
-    xi_c = np.empty((q, ug.size))
-    ll_c = np.empty((q, ug.size))
-    for j, uj in enumerate(ug):
-        xi_c[:, j], _, ll_c[:, j] = _xi_sigma_at(yy, valid, n, mean, ymax, np.full(q, uj))
-    ll_c = np.where(xi_c >= xi_min, ll_c, -np.inf)
-    keep = ll_c >= ll_c.max(axis=1, keepdims=True) - span
-    # xi range of the mass, widened by one coarse cell each side (xi falls as u grows)
-    idx = np.arange(ug.size)
-    lo_j = np.where(keep, idx, ug.size).min(axis=1)
-    hi_j = np.where(keep, idx, -1).max(axis=1)
-    xi_top = xi_c[np.arange(q), np.maximum(lo_j - 1, 0)]
-    xi_bot = np.maximum(xi_c[np.arange(q), np.minimum(hi_j + 1, ug.size - 1)], xi_min)
-    t = np.linspace(0.0, 1.0, points)
-    targets = xi_top[:, None] + t[None, :] * (xi_bot - xi_top)[:, None]      # (Q, M), decreasing
-    # invert the monotone table: u where xi_c crosses each target (linear within a cell)
-    above = (xi_c[:, None, :] > targets[:, :, None]).sum(axis=2)           # cells with xi > target
-    j1 = np.clip(above, 1, ug.size - 1)
-    j0 = j1 - 1
-    rows = np.arange(q)[:, None]
-    x0, x1 = xi_c[rows, j0], xi_c[rows, j1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.clip(np.nan_to_num((targets - x0) / (x1 - x0)), 0.0, 1.0)
-    uu = ug[j0] + frac * (ug[j1] - ug[j0])
-    xi = np.empty((q, points))
-    sigma = np.empty((q, points))
-    ll = np.empty((q, points))
-    for m in range(points):
-        xi[:, m], sigma[:, m], ll[:, m] = _xi_sigma_at(yy, valid, n, mean, ymax, uu[:, m])
-    ll = np.where(xi >= xi_min, ll, -np.inf)
-    # trapezoid weights in xi (flat prior on xi)
-    dxi = np.abs(np.diff(xi, axis=1))
-    width = np.zeros_like(xi)
-    width[:, :-1] += dxi / 2
-    width[:, 1:] += dxi / 2
-    width = np.where(np.all(width == 0, axis=1, keepdims=True), 1.0, width)
-    w = np.exp(ll - np.max(ll, axis=1, keepdims=True)) * width
-    w = np.nan_to_num(w)
-    w /= w.sum(axis=1, keepdims=True)
-    return GPDPosterior(xi=xi, sigma=sigma, weight=w)

@@ -8,14 +8,9 @@
   sufficient for N when the last doubling changes the prediction by no more than query-sampling
   noise (the half-width of the full-sample prediction's 95% query CI, 1.96 sd / sqrt(Q)), the
   paper's criterion (appendix D).
-- :func:`distractor_spread`: the spread of predictions over disjoint half-samples, the
-  distractor-sampling-plus-fit term (the paper's nested bootstrap, sigma ~ 0.003 at 5%).
-- :func:`reported_interval`: the interval rscale reports: the query CI, widened in quadrature by
-  the distractor term and then by the convergence term, CONVERGENCE_FACTOR times how far the
-  prediction moves between half-samples and the whole sample (a bias bound, see its docstring),
-  and stretched to the predictions of other tail models the data do not rule out (rejected tails
-  at their count bound, per-query and shared tail shapes, heavy tails, one threshold for all
-  queries: see :func:`rscale.api.estimation.tail_check`).
+
+The interval every command reports is built from these and the stored replicates in
+:mod:`rscale.core.interval`.
 """
 
 from __future__ import annotations
@@ -107,44 +102,3 @@ def sufficient_budget(per_query_by_fraction, fractions, b: int = 1000, seed: int
     last = paired_difference(pq[-1], pq[-2], b, seed)
     noise = 1.96 * pq[-1].std(ddof=1) / np.sqrt(pq.shape[1])
     return BudgetCheck(fr, pq.mean(axis=1), last, float(noise))
-
-
-def distractor_spread(predictions) -> float:
-    """Standard deviation of a full-sample prediction implied by disjoint half-sample predictions.
-
-    Two disjoint halves give independent predictions at S/2; their difference has variance
-    2 var(S/2), and a prediction from S (twice the data) has about half var(S/2). So the spread at S
-    is |a - b| / 2 for one pair, pooled as a root mean square over pairs.
-    """
-    p = np.asarray(predictions, dtype=np.float64).reshape(-1, 2)
-    return float(np.sqrt(np.mean(((p[:, 0] - p[:, 1]) / 2.0) ** 2)))
-
-
-# Remaining estimator bias at S is bounded by this multiple of the S/2 -> S step: if the bias decays
-# like S^-beta, b(S) = step / (2^beta - 1), and a factor of 2 holds for beta >= log2(1.5) = 0.58.
-# Tail-estimation bias decays slowly (beta around 0.5-1 on the simulator families); the accuracy
-# benchmark reports the coverage of the whole interval (docs/benchmarks.md: design, held-out and
-# fresh scenario sets) rather than tuning the factor.
-CONVERGENCE_FACTOR = 2.0
-
-
-def convergence_step(half_predictions, full_prediction: float) -> float:
-    """Mean prediction from disjoint half-samples minus the whole sample's: how far the estimate
-    still moves when its data doubles (positive: predictions fall as the sample grows)."""
-    return float(np.mean(np.asarray(half_predictions, dtype=np.float64)) - full_prediction)
-
-
-def reported_interval(value: float, lo: float, hi: float, distractor_sd: float = 0.0, step: float = 0.0,
-                      factor: float = CONVERGENCE_FACTOR, z: float = 1.96, alternatives=()):
-    """Query CI (lo, hi) around ``value``, widened by the distractor-sampling term (in quadrature,
-    each side) and by ``factor * |step|`` (added, both sides: the direction of the remaining bias
-    is not reliably that of the last step), then stretched to include each of ``alternatives``
-    (predictions under other tail models the data do not rule out: rejected tails at their count
-    bound, one tail shape shared across queries); non-finite or missing ones are skipped."""
-    bias = factor * abs(step)
-    lo_, hi_ = (value - float(np.hypot(value - lo, z * distractor_sd)) - bias,
-                value + float(np.hypot(hi - value, z * distractor_sd)) + bias)
-    for alt in alternatives:
-        if alt is not None and np.isfinite(alt):
-            lo_, hi_ = min(lo_, float(alt)), max(hi_, float(alt))
-    return max(lo_, 0.0), min(hi_, 1.0)          # every metric rscale predicts lies in [0, 1]

@@ -20,8 +20,8 @@ A bundle is data from elsewhere: import trusts nothing in it that it can check.
   same queries, positives, S and counts); a hardness table that used tail fits needs them; the
   manifest's estimator, parameters and lineage must be what the hardness table and its digests
   give.
-- **Summaries.** The summary that drives answers (sizes, rule shares, budget check, distractor and
-  tail-model terms, sensitivity band) is recomputed from the verified blobs by the caller's
+- **Summaries.** The summary that drives answers (sizes, rule shares, replicates, budget check,
+  rejected-tail share) is recomputed from the verified blobs by the caller's
   ``summarize``, and the manifest's own copy must match it: counts always, statistical terms
   when the bundle comes from the same rscale code. What is stored is the recomputed summary.
 
@@ -249,7 +249,7 @@ def _remove_tree(path: Path) -> None:
 def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_version: str = "") -> tuple[Version, bool]:
     """Check everything in the bundle (module docstring), then register its version.
 
-    ``summarize(hardness_path, sample_path_or_None) -> dict`` recomputes the registration
+    ``summarize(hardness_path, sample_path_or_None, tail_fits=tail_path_or_None) -> dict`` recomputes the registration
     summary (the api layer's); ``code_version`` is this rscale's, to tell whether the manifest's
     statistical summary terms must match exactly. Returns (version, created).
     """
@@ -275,7 +275,7 @@ def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_v
         rows = _read_as_declared(files, manifest, bundle)
         v = manifest["version"]
         try:
-            recomputed = summarize(files["hardness"], files.get("sample"))
+            recomputed = summarize(files["hardness"], files.get("sample"), tail_fits=files.get("tail"))
         except RscaleError as exc:
             raise _refuse(f"its blobs cannot be summarised ({exc})", bundle) from None
         claimed = manifest.get("summary", {})

@@ -13,7 +13,11 @@ count             int64              sampled distractors at or above the positiv
 x                 float64            estimated hardness, in [0, 1]
 rule              string             what produced x: count, tail, endpoint
 draws             list<float64>      posterior draws of x (evt only; absent otherwise)
+replicates        list<float64>      R hardness replicates (version 2; rscale.core.replicates)
 ================  =================  =====================================================
+
+Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
+splits, tail_draws, seed); version-1 files (no replicates) are still read.
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
@@ -38,7 +42,9 @@ from rscale.store.columns import numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+TAIL_SCHEMA_VERSION = 1
 COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
 
 
@@ -48,7 +54,7 @@ def _atomic_write(table, path: Path):
         pq.write_table(table, tmp, compression="zstd")
 
 
-def hardness_table(est: HardnessEstimate, ss: SampleStats):
+def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict | None = None):
     import pyarrow as pa
     pq_ = ss.positive_query()
     cols = {
@@ -62,8 +68,12 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats):
     if est.draws is not None:
         d = est.draws.shape[1]
         cols["draws"] = pa.FixedSizeListArray.from_arrays(pa.array(est.draws.astype(np.float64).ravel()), d)
+    if est.replicates is not None:
+        cols["replicates"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(est.replicates.astype(np.float64).ravel()), est.replicates.shape[1])
     table = pa.table(cols)
-    return table.replace_schema_metadata({
+    extra = {"rscale.replicates": json.dumps(replicates_meta, sort_keys=True)} if replicates_meta else {}
+    return table.replace_schema_metadata({**extra,
         "rscale.format": FORMAT,
         "rscale.schema_version": str(SCHEMA_VERSION),
         "rscale.method": est.method,
@@ -78,7 +88,7 @@ def tail_table(est: HardnessEstimate, ss: SampleStats):
     for name, values in sorted(est.tail.items()):
         cols[name] = pa.array(np.asarray(values, dtype=np.float64))
     return pa.table(cols).replace_schema_metadata({
-        "rscale.format": TAIL_FORMAT, "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.format": TAIL_FORMAT, "rscale.schema_version": str(TAIL_SCHEMA_VERSION),
         "rscale.method": est.method})
 
 
@@ -89,10 +99,11 @@ def tail_path(path: str | os.PathLike) -> Path:
                        else p.name + ".tail.parquet")
 
 
-def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLike) -> list[Path]:
+def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLike,
+                   replicates_meta: dict | None = None) -> list[Path]:
     """Write the hardness table (and its tail fits when the estimator has any), atomically."""
     path = Path(path)
-    _atomic_write(hardness_table(est, ss), path)
+    _atomic_write(hardness_table(est, ss, replicates_meta), path)
     written = [path]
     if est.tail:
         _atomic_write(tail_table(est, ss), tail_path(path))
@@ -132,9 +143,10 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
                           hint="create one with: rscale estimate SAMPLE_STATS --out hardness.parquet")
     from rscale.store.sample_stats_file import meta_object, schema_version
     version = schema_version(md, path, "re-run 'rscale estimate' to rewrite it")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise SchemaVersionError(
-            f"hardness schema version {version}; this rscale reads version {SCHEMA_VERSION}", path=path,
+            f"hardness schema version {version}; this rscale reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}", path=path,
             hint="upgrade rscale" if version > SCHEMA_VERSION else "re-run 'rscale estimate' to rewrite it")
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
@@ -165,6 +177,16 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         d = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
         flat = numeric(col.flatten(), np.float64)
         draws = flat.reshape(n_rows, d if d else flat.size // max(n_rows, 1))
+    replicates = None
+    if version >= 2 and "replicates" in table.column_names:
+        col = table.column("replicates").combine_chunks()
+        if not pa.types.is_fixed_size_list(col.type):
+            raise FormatError(f"expected a fixed-size list, got {col.type}", path=path, column="replicates")
+        replicates = numeric(col.flatten(), np.float64).reshape(n_rows, col.type.list_size)
+        bad = np.flatnonzero(~np.all(np.isfinite(replicates) & (replicates >= 0) & (replicates <= 1), axis=1))
+        if bad.size:
+            raise FormatError("a hardness replicate is outside [0, 1]", path=path, column="replicates",
+                              row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
     low = np.flatnonzero(n_sampled_rows < 1)
     if low.size:
@@ -174,10 +196,11 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     rule = strings(table.column("rule"))
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
-        params=meta_object(md, path, "rscale.params"), draws=draws)
+        params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates)
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"),
             "counts": _numbers(table, "count", np.int64, path),
-            "meta": meta_object(md, path), "path": path}
+            "meta": meta_object(md, path), "path": path, "schema_version": version,
+            "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {}}
     return est, info
 
 
@@ -196,9 +219,9 @@ def read_tail_fits(path: str | os.PathLike) -> tuple[np.ndarray, dict]:
     if fmt != TAIL_FORMAT:
         raise FormatError(f"this is a '{fmt or 'plain Parquet'}' file, not tail fits", path=path)
     version = int(md.get("rscale.schema_version", "1"))
-    if version != SCHEMA_VERSION:
-        raise SchemaVersionError(f"tail-fits schema version {version}; this rscale reads version {SCHEMA_VERSION}",
-                                 path=path, hint="upgrade rscale" if version > SCHEMA_VERSION else "re-estimate")
+    if version != TAIL_SCHEMA_VERSION:
+        raise SchemaVersionError(f"tail-fits schema version {version}; this rscale reads version {TAIL_SCHEMA_VERSION}",
+                                 path=path, hint="upgrade rscale" if version > TAIL_SCHEMA_VERSION else "re-estimate")
     if "query_id" not in table.column_names or not pa.types.is_string(table.schema.field("query_id").type):
         raise FormatError("missing column(s): query_id (string)", path=path)
     qids = np.asarray(table.column("query_id").to_pylist(), dtype=str)

@@ -52,3 +52,18 @@ def estimate(ss, method: str = DEFAULT_METHOD, **params):
     near = get_close_matches(method, METHODS, n=1)
     hint = f" Did you mean '{near[0]}'?" if near else ""
     raise InvalidArgumentError(f"unknown estimator {method!r} (known: {', '.join(METHODS)}).{hint}")
+
+
+def stored_params(method: str, params: dict) -> dict:
+    """The stored parameters of a version that its estimator accepts again (evt's config
+    fields; none for the others, whose stored params are descriptive)."""
+    if method != "evt":
+        return {}
+    known = {f.name for f in fields(EVTConfig)}
+    return {k: v for k, v in params.items() if k in known}
+
+
+def evt_config_of(method: str, params: dict) -> EVTConfig:
+    """The EVTConfig an evt method ran with (``params`` as :func:`stored_params` gives them)."""
+    from rscale.core.estimators.evt_config import PAPER
+    return PAPER if method == "evt-paper" else evt_config(params)

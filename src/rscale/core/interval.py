@@ -1,0 +1,119 @@
+"""Intervals of predicted metrics from stored hardness replicates: the one home of the
+interval every command reports (``rscale query``, ``predict``, ``curve``, ``report``, and
+benchmarks/accuracy.py through them).
+
+Two targets, named on every row by ``ci_kind``:
+
+- ``benchmark``: the realised metric of a gallery of N distractors on *these* queries. Its
+  uncertainty is the estimate's: distractor sampling and tail-model parameters, carried by the R
+  stored replicates, P = R / 2 disjoint half-sample pairs (:mod:`rscale.core.replicates`). With
+  (m_a, m_b) the mean metric of pair i and v the point prediction,
+  sd = sqrt(mean_i ((m_a - m_b) / 2)^2) and the interval is v +- t_{P, (1+level)/2} * sd: a t
+  interval, since P is small (8) and each pair gives one independent variance estimate (a
+  percentile interval of 16 values would have the extreme replicates as its ends).
+- ``population``: the same for the population of queries the benchmark samples: the replicate
+  term and the percentile query bootstrap (:func:`rscale.core.uncertainty.query_bootstrap`) are
+  independent error sources and add in variance, each side: v - sqrt((t sd)^2 + (v - b_lo)^2).
+
+Bounds are clipped to [0, 1] (every metric rscale predicts lies there). A hardness without
+replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
+is the query bootstrap alone, and callers say so.
+
+Example: ``metric_intervals(pq, reps, ci_kind="benchmark")`` for pq (C, Q) and reps (C, R, Q)
+returns (values, lo, hi), each (C,).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rscale.errors import InvalidArgumentError
+
+CI_KINDS = ("benchmark", "population")
+
+
+def check_ci_kind(ci_kind: str) -> str:
+    if ci_kind not in CI_KINDS:
+        raise InvalidArgumentError(f"ci_kind must be one of {', '.join(CI_KINDS)}, got {ci_kind!r}")
+    return ci_kind
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile (p in (1/2, 1)) of Student's t with ``df`` degrees of freedom, without
+    scipy (its import would cost the cold ``rscale query`` ~0.3 s): bisection on the CDF, the
+    density integrated by Simpson's rule from 0 (tests compare with scipy.stats.t.ppf).
+    Example: ``t_quantile(0.975, 8)`` is 2.306."""
+    import math
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 2001)
+        f = np.exp(log_c - (df + 1) / 2 * np.log1p(grid * grid / df))
+        h = x / 2000
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _t_quantile(level: float, df: float) -> float:
+    return _T_CACHE.get((level, df)) or _T_CACHE.setdefault((level, df), t_quantile(0.5 + level / 2.0, df))
+
+
+_T_CACHE: dict = {}
+
+
+def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
+                     bootstrap: int = 1000, seed: int = 0):
+    """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
+    per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
+    (population only; 0 gives NaN bounds for population)."""
+    from rscale.core.uncertainty import percentile_ci, query_bootstrap
+
+    check_ci_kind(ci_kind)
+    if not 0.0 < level < 1.0:
+        raise InvalidArgumentError(f"level must lie in (0, 1), got {level}")
+    pq = np.atleast_2d(np.asarray(point, dtype=np.float64))
+    value = pq.mean(axis=1)
+    if replicates is not None:
+        reps = np.asarray(replicates, dtype=np.float64)
+        m = reps.mean(axis=2)                                           # (C, R)
+        if m.shape[1] < 4 or m.shape[1] % 2:
+            raise InvalidArgumentError(f"replicates come in half-sample pairs, at least 2; got {m.shape[1]}")
+        pairs = m.reshape(m.shape[0], -1, 2)
+        sd = np.sqrt(np.mean(((pairs[..., 0] - pairs[..., 1]) / 2.0) ** 2, axis=1))
+        half = _t_quantile(level, pairs.shape[1]) * sd
+    else:
+        half = np.full(value.shape, np.nan)
+    if ci_kind == "benchmark":
+        lo, hi = value - half, value + half
+    else:
+        if not bootstrap:
+            lo = hi = np.full(value.shape, np.nan)
+        else:
+            b_lo, b_hi = percentile_ci(query_bootstrap(pq, bootstrap, seed), level)
+            rep = np.nan_to_num(half)
+            lo = value - np.hypot(value - b_lo, rep)
+            hi = value + np.hypot(b_hi - value, rep)
+    return value, np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+
+
+def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
+                        bootstrap: int = 1000, seed: int = 0, in_pool_counts=None):
+    """Per (metric, k, N) cell of one hardness estimate: (per-query values, low, high) of the
+    interval of kind ``ci_kind``, every cell in one pass over the bootstrap."""
+    from rscale.core.prediction import predict_per_query, replicate_per_query
+
+    pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
+                    for metric, k, n in cells])
+    reps = None
+    if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
+        reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
+                         for metric, k, n in cells])
+    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
+    return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
