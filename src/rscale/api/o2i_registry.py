@@ -199,13 +199,14 @@ def register_o2i(out_dir, *, registry=None, benchmark: str = DEFAULT_BENCHMARK, 
 
 # ---- reading back --------------------------------------------------------------------------------
 
-def read_tables(reg, a) -> dict:
-    """{name: list of row dicts} of an artifact, every blob checked against its digest first."""
+def read_tables(reg, a, names=None) -> dict:
+    """{name: list of row dicts} of an artifact's tables (all: None), each blob checked against
+    its digest first."""
     from rscale.errors import RegistryError
     from rscale.store.o2i_results import TABLES, read_result_table
 
     out = {}
-    for name in TABLES:
+    for name in names or TABLES:
         path = reg.artifact_blob(a, name)
         try:
             out[name] = read_result_table(path, name, backbone=a.name).to_pylist()
@@ -307,7 +308,7 @@ def load_compare_operand(spec: str, registry=None):
 
     reg = Registry.locate(registry)
     a = reg.artifact(ref[0], ref[1], ref[2])
-    ranks = read_tables(reg, a)["ranks"]
+    ranks = read_tables(reg, a, ["ranks"])["ranks"]
     condition = condition or COND_DEFAULT
     sel = [r for r in ranks if r["condition"] == condition]
     if not sel:
