@@ -103,6 +103,12 @@ def test_register_stores_each_table_with_lineage_and_is_idempotent(runs, tmp_pat
     assert (reg_dir / "catalog.duckdb").read_bytes() == before
     report = reg.verify()
     assert sorted(report["checked"]) == sorted(a.blobs.values()) and not report["corrupt"] + report["missing"]
+    assert main(["lineage", "o2i:mb@v1", "-r", str(reg_dir)]) == 0
+    lin = json.loads(capsys.readouterr().out)
+    assert lin["inputs"] == inp and lin["lineage"] == a.lineage and lin["mlflow_run_id"] == a.mlflow_run_id
+    assert {r: o["digest"] for r, o in lin["outputs"].items()} == a.blobs
+    assert main(["show", "o2i:mb", "-r", str(reg_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["content"] == a.content
 
 
 def test_adding_a_backbone_adds_one_version_the_unchanged_one_is_a_no_op(runs, tmp_path):

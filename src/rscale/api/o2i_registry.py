@@ -291,6 +291,21 @@ def report_lines(reg) -> list[str]:
     return md + [""]
 
 
+def artifact_lineage(ref: str, *, registry=None, benchmark=None) -> dict:
+    """``rscale lineage o2i:NAME[@vN]``: what made a registered O2I result, and its stored tables."""
+    from rscale.store.artifacts import parse_ref
+    from rscale.store.registry import Registry
+
+    kind, name, version = parse_ref(ref)
+    reg = Registry.locate(registry)
+    a = reg.artifact(kind, name, version, benchmark)
+    return {"ref": a.ref, "series": dict(zip(("kind", "name", "benchmark"), a.series)), "content": a.content,
+            "lineage": a.lineage, "inputs": a.inputs, "params": a.params, "code_version": a.code_version,
+            "mlflow_run_id": a.mlflow_run_id, "created": a.created,
+            "outputs": {role: {"digest": d, "path": str(reg.blob_path(d)), "bytes": a.sizes.get(role)}
+                        for role, d in sorted(a.blobs.items())}}
+
+
 # ---- compare operands ----------------------------------------------------------------------------
 
 def load_compare_operand(spec: str, registry=None):
@@ -361,5 +376,5 @@ def export(ref: str, out, *, registry=None, benchmark=None, license: str = "unsp
     return export_artifact_bundle(reg, a, out, license=license), a
 
 
-__all__ = ["check_bundle_blobs", "check_o2i_folder", "export", "lineage_inputs", "load_compare_operand",
+__all__ = ["artifact_lineage", "check_bundle_blobs", "check_o2i_folder", "export", "lineage_inputs", "load_compare_operand",
            "o2i_summary", "read_tables", "register_o2i", "report_lines"]

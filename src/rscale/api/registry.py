@@ -133,7 +133,11 @@ def list_versions(registry=None) -> list:
 
 
 def show(name: str, registry=None, *, benchmark=None, estimator=None):
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: a registered O2I result
+        kind, base, ver = parse_ref(name)
+        return Registry.locate(registry).artifact(kind, base, ver, benchmark)
     base, _, ver = name.partition("@")
     return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
 
@@ -219,7 +223,11 @@ def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict
     """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
     import pyarrow.parquet as pq
 
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: a registered O2I result
+        from rscale.api.o2i_registry import artifact_lineage
+        return artifact_lineage(name, registry=registry, benchmark=benchmark)
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
