@@ -349,3 +349,24 @@ def test_o2i_run_with_registry_registers_and_writes_a_receipt(runs, tmp_path, ca
     one_line_exit_2(capsys, ["o2i", "run", "--config", str(tmp_path / "params.yaml"), "-o", str(tmp_path / "o2"),
                              "--registry", str(tmp_path / "reg3"), "--benchmark", "a b"], "cannot be named")
     assert tree(tmp_path) == before
+
+
+def test_concurrent_registrations_of_one_run_make_one_version(runs, tmp_path):
+    """Three processes register the same folder into one registry at once (DuckDB queues the writers):
+    one version, every process answers, the registry verifies clean."""
+    import os
+    import subprocess
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, "-m", "rscale.cli", "o2i", "register", str(runs["b"]), "-r", str(tmp_path / "reg"),
+           "--format", "json"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1] for o in outs]
+    created = [r["created"] for o in outs for r in json.loads(o[0])["results"]]
+    assert created.count(True) == 2 and created.count(False) == 4          # mb and vit, once each
+    reg = Registry(tmp_path / "reg")
+    assert sorted(a.ref for a in reg.artifacts()) == ["o2i:mb@v1", "o2i:vit@v1"]
+    report = reg.verify()
+    assert len(report["checked"]) == 2 * len(TABLES) and report["corrupt"] == report["leftovers"] == []
