@@ -32,16 +32,15 @@ GOLDEN = Path(__file__).parent / "golden"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Run A: backbone mb (with an MLflow run); run B: mb and vit over the same renders and cache."""
+    """Run A: backbone mb (its run-id sidecar as an MLflow run writes it: the real MLflow path runs in
+    test_o2i_run_with_registry_...); run B: vit and mb over the same renders and cache."""
+    from rscale.store.run_sidecar import write_run_sidecar
     tmp = tmp_path_factory.mktemp("o2ireg")
     mb, vit = tiny_mobilenet(tmp / "mb"), tiny_vit(tmp / "vit")
-    import os
-    os.environ["MLFLOW_TRACKING_URI"] = "sqlite:///" + str(tmp / "mlruns.db")
-    try:
-        a = api_o2i.run_o2i(api_o2i.load_o2i_config(section=section(
-            tmp, [{"name": "mb", "model": str(mb), "pooling": "pooled"}], objects=3)), tmp / "a", progress=False)
-    finally:
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    a = api_o2i.run_o2i(api_o2i.load_o2i_config(section=section(
+        tmp, [{"name": "mb", "model": str(mb), "pooling": "pooled"}], objects=3)), tmp / "a", progress=False,
+        lineage=False)
+    write_run_sidecar(a.out / "manifest.json", "o2i", "0f1e2d3c4b5a69788796a5b4c3d2e1f0")
     b = api_o2i.run_o2i(api_o2i.load_o2i_config(section=section(
         tmp, [{"name": "vit", "model": str(vit), "pooling": "cls"}, {"name": "mb", "model": str(mb),
                                                                        "pooling": "pooled"}], objects=3)),
@@ -92,7 +91,7 @@ def test_register_stores_each_table_with_lineage_and_is_idempotent(runs, tmp_pat
     assert inp["run"]["tables"] == {n: t["sha256"] for n, t in man["tables"].items()}
     assert a.lineage == canonical_digest(inp) and a.sealed()
     from rscale.store.run_sidecar import read_run_id
-    assert a.mlflow_run_id and a.mlflow_run_id == read_run_id(runs["a"] / "manifest.json")
+    assert a.mlflow_run_id == read_run_id(runs["a"] / "manifest.json") == "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
     assert [b["name"] for b in a.params["backbones"]] == ["mb"] and a.params["objects"] == 3
     assert a.summary["objects"] == 3 and a.summary["pairs"] == 12
     assert a.summary["mean_R@1"] == pytest.approx(np.mean([r["R@1"] for r in run_rows(runs["a"], "cross_distance", "mb")]))
@@ -339,6 +338,8 @@ def test_o2i_run_with_registry_registers_and_writes_a_receipt(runs, tmp_path, ca
     out = capsys.readouterr().out
     assert "registered: o2i:mb@v1  [o2i/mb/o2i]" in out
     [a] = Registry(tmp_path / "reg").artifacts()
+    from rscale.store.run_sidecar import read_run_id
+    assert a.mlflow_run_id and a.mlflow_run_id == read_run_id(tmp_path / "o" / "manifest.json")   # the run's own
     assert json.loads(receipt.read_text()) == [{"ref": "o2i:mb@v1", "content": a.content, "series": "o2i/mb/o2i"}]
     # the same results as run A's (same renders, weights and parameters): one content
     register_o2i(runs["a"], registry=tmp_path / "reg2")
