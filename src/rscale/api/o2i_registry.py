@@ -127,8 +127,15 @@ def _num(x):
 
 
 def o2i_summary(tables: dict) -> dict:
-    """Counts and headline numbers of one backbone's slices ({name: list of row dicts})."""
-    cd, ranks = tables["cross_distance"], tables["ranks"]
+    """Counts and headline numbers of one backbone's slices ({name: pyarrow Table})."""
+    ranks = tables["ranks"]
+    tables = {n: t.to_pylist() for n, t in tables.items() if n != "ranks"}      # small: one row per pair
+    cd = tables["cross_distance"]
+    if ranks.num_rows:
+        objects = len(set(ranks.column("object_id").unique().to_pylist()))
+        conditions = sorted(ranks.column("condition").unique().to_pylist())
+    else:
+        objects, conditions = 0, []
     by_mag: dict = {}
     for r in tables["recall_by_ratio"]:
         by_mag.setdefault(round(abs(math.log(r["ratio"])), 1), []).append((r["R@1"], r["pairs"]))
@@ -147,10 +154,10 @@ def o2i_summary(tables: dict) -> dict:
     for e in ivs.values():
         if "gains" in e:
             e["mean_R@1_gain"] = _num(np.mean([g for g in e.pop("gains") if g is not None]))
-    return {"objects": len({r["object_id"] for r in ranks}),
+    return {"objects": objects,
             "distances": sorted({float(r["d_q"]) for r in cd}),
-            "pairs": len(cd), "conditions": sorted({r["condition"] for r in ranks}),
-            "rows": {n: len(t) for n, t in sorted(tables.items())},
+            "pairs": len(cd), "conditions": conditions,
+            "rows": {**{n: len(t) for n, t in tables.items()}, "ranks": ranks.num_rows},
             "mean_R@1": _num(np.mean([r["R@1"] for r in cd])) if cd else None,
             "mean_MRR": _num(np.mean([r["MRR"] for r in cd])) if cd else None,
             "R@1_by_magnitude": r1_by_mag,
@@ -185,7 +192,7 @@ def register_o2i(out_dir, *, registry=None, benchmark: str = DEFAULT_BENCHMARK, 
                 t = backbone_slice(checked["tables"][name], name, b)
                 files[name] = write_slice(t, staging / f"{b}.{name}.parquet")
                 rows[name] = t.num_rows
-                slices[name] = t.to_pylist()
+                slices[name] = t
             a, created = reg.register_artifact(
                 kind=KIND, name=b, benchmark=benchmark, files=files, inputs=lineage_inputs(checked, b),
                 params=_params(checked["manifest"], b), code_version=code, mlflow_run_id=run_id,
@@ -223,10 +230,15 @@ def _f(x, fmt="{:.3f}") -> str:
 def report_lines(reg) -> list[str]:
     """The ``rscale report`` section of the latest registered O2I results of every backbone
     (none: no lines). Every table is read from a digest-checked blob."""
+    from rscale.store.o2i_results import TABLES
+
     arts = [a for a in reg.artifacts(KIND) if a.latest]
     if not arts:
         return []
-    data = [(a, read_tables(reg, a)) for a in arts]
+    for a in arts:                        # every blob digest-checked, even the per-query ranks it does not show
+        for role in TABLES:
+            reg.artifact_blob(a, role)
+    data = [(a, read_tables(reg, a, [n for n in TABLES if n != "ranks"])) for a in arts]
     md = ["## O2I benchmark (registered results)", "",
           "Per backbone, the latest registered version of `rscale o2i register` (cross-distance retrieval, "
           "decomposition, fixed-pixel canvas, asymmetry and query-side interventions; paper 2, sections 4.1-4.4).", "",
@@ -354,10 +366,10 @@ def check_bundle_blobs(meta: dict, files: dict) -> tuple[dict, dict]:
     slices = {}
     for role, path in files.items():
         try:
-            slices[role] = read_result_table(path, role, backbone=name, where=f"the file declared as {role}").to_pylist()
+            slices[role] = read_result_table(path, role, backbone=name, where=f"the file declared as {role}")
         except FormatError as exc:
             raise FormatError(f"the file declared as {role} is not one ({exc.problem})") from None
-    return {r: len(t) for r, t in slices.items()}, o2i_summary(slices)
+    return {r: t.num_rows for r, t in slices.items()}, o2i_summary(slices)
 
 
 def export(ref: str, out, *, registry=None, benchmark=None, license: str = "unspecified"):

@@ -38,10 +38,16 @@ TABLES = {
 def backbone_slice(table, name: str, backbone: str):
     """One backbone's rows of a run table, in the canonical form above (a pyarrow Table)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    rows = [r for r in table.to_pylist() if r.get("backbone") == backbone]
-    cols = [c for c in table.column_names if any(r.get(c) is not None for r in rows)]
-    out = pa.table({c: pa.array([r.get(c) for r in rows]) for c in cols}) if rows else pa.table({})
+    cols = {}
+    if table.num_rows and "backbone" in table.column_names:
+        sel = table.filter(pc.equal(table.column("backbone"), backbone))
+        for c in sel.column_names:
+            values = sel.column(c).to_pylist()          # typed from the slice's own values
+            if any(v is not None for v in values):
+                cols[c] = pa.array(values)
+    out = pa.table(cols) if cols else pa.table({})
     return out.replace_schema_metadata({"rscale.format": f"o2i-{name}", "rscale.schema_version": str(SCHEMA_VERSION),
                                         "rscale.backbone": backbone})
 
