@@ -12,6 +12,7 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.config`: params.yaml sections (the one config reader)
 - :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
 - :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
+- :mod:`rscale.api.o2i_registry`: O2I results registered per backbone (``o2i:NAME@vN``), read back
 
 The code version recorded in lineage is :func:`rscale.producers.lineage.code_version`.
 """
@@ -28,6 +29,7 @@ _HOME = {
     "demos": ("DemoRow", "demo", "describe_sample_stats", "pipeline_demo", "simulate_sample_stats"),
     "estimation": ("BUDGET_SIZES", "budget_check", "distractor_sd", "estimate", "predict", "tail_check"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
+    "o2i_registry": ("register_o2i",),
     "querying": ("curve", "plot_curve", "query"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),

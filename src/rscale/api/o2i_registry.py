@@ -206,7 +206,7 @@ def register_o2i(out_dir, *, registry=None, benchmark: str = DEFAULT_BENCHMARK, 
 
 # ---- reading back --------------------------------------------------------------------------------
 
-def read_tables(reg, a, names=None) -> dict:
+def read_tables(reg, a, *, names=None) -> dict:
     """{name: list of row dicts} of an artifact's tables (all: None), each blob checked against
     its digest first."""
     from rscale.errors import RegistryError
@@ -238,7 +238,7 @@ def report_lines(reg) -> list[str]:
     for a in arts:                        # every blob digest-checked, even the per-query ranks it does not show
         for role in TABLES:
             reg.artifact_blob(a, role)
-    data = [(a, read_tables(reg, a, [n for n in TABLES if n != "ranks"])) for a in arts]
+    data = [(a, read_tables(reg, a, names=[n for n in TABLES if n != "ranks"])) for a in arts]
     md = ["## O2I benchmark (registered results)", "",
           "Per backbone, the latest registered version of `rscale o2i register` (cross-distance retrieval, "
           "decomposition, fixed-pixel canvas, asymmetry and query-side interventions; paper 2, sections 4.1-4.4).", "",
@@ -335,7 +335,7 @@ def load_compare_operand(spec: str, registry=None):
 
     reg = Registry.locate(registry)
     a = reg.artifact(ref[0], ref[1], ref[2])
-    ranks = read_tables(reg, a, ["ranks"])["ranks"]
+    ranks = read_tables(reg, a, names=["ranks"])["ranks"]
     condition = condition or COND_DEFAULT
     sel = [r for r in ranks if r["condition"] == condition]
     if not sel:
