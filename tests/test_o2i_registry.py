@@ -371,3 +371,45 @@ def test_concurrent_registrations_of_one_run_make_one_version(runs, tmp_path):
     assert sorted(a.ref for a in reg.artifacts()) == ["o2i:mb@v1", "o2i:vit@v1"]
     report = reg.verify()
     assert len(report["checked"]) == 2 * len(TABLES) and report["corrupt"] == report["leftovers"] == []
+
+
+def test_a_killed_registration_leaves_no_half_visible_result(runs, tmp_path):
+    """SIGKILL `rscale o2i register` at points spread over an uninterrupted run: afterwards every
+    result is either absent or complete (all its blobs verify), and after `gc` the registry is clean."""
+    import os
+    import signal
+    import subprocess
+    import time
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+
+    def start(reg):
+        return subprocess.Popen([sys.executable, "-m", "rscale.cli", "o2i", "register", str(runs["b"]), "-r", str(reg)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    t = time.perf_counter()
+    assert start(tmp_path / "full").wait(timeout=300) == 0
+    full = time.perf_counter() - t
+    killed = 0
+    for i, share in enumerate((0.45, 0.6, 0.75, 0.85, 0.95)):
+        for attempt in range(3):                # under load a run may finish first: kill earlier
+            reg = tmp_path / f"r{i}-{attempt}"
+            p = start(reg)
+            time.sleep(full * share * 0.6 ** attempt)
+            p.send_signal(signal.SIGKILL)
+            if p.wait(timeout=60) == -signal.SIGKILL:
+                killed += 1
+                break
+        clear_caches()
+        if not (reg / "catalog.duckdb").exists():
+            continue
+        r = Registry(reg)
+        for a in r.artifacts():
+            assert set(a.blobs) == set(TABLES)
+            for role in TABLES:
+                r.artifact_blob(a, role)                         # complete: every blob there and intact
+        report = r.verify()
+        assert report["corrupt"] == report["missing"] == report["extra"] == [], report
+        r.gc(grace_s=0, dry_run=False)
+        report = r.verify()
+        assert report["leftovers"] == [] and report["corrupt"] == [], report
+    assert killed >= 3, f"only {killed} of 5 registrations were still running when killed"
