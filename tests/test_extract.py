@@ -367,3 +367,13 @@ def test_fused_conv_layers_give_the_unfused_models_descriptors(tmp_path):
     fused = ex.load_backbone(model, inference=True).model
     assert not any(isinstance(x, torch.nn.BatchNorm2d) for x in fused.modules())
     assert ex.fuse_conv_layers(plain.train()) == 0          # training-mode BatchNorm is left alone
+
+
+def test_no_progress_means_no_weight_loading_bar_either(tmp_path, capfd):
+    """--no-progress (DVC logs) silences transformers' own "Loading weights" bar as well."""
+    import transformers.utils.logging as tf_logging
+    model = save(tmp_path, "vit")
+    items = images(tmp_path, n=2)
+    ex.extract(items, model, tmp_path / "out", role="positives", progress=False)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert tf_logging.is_progress_bar_enabled()          # restored for everything after

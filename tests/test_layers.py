@@ -1,6 +1,6 @@
 """The layer map of docs/design.md, checked on the imports of every module (parsed, not run).
 
-    cli -> api -> {producers, score, sim, query, store} -> core -> errors
+    cli -> api -> {distributed, producers, score, sim, query, store} -> core -> errors
 
 Each package may import only packages of a lower rank; inside the middle tier only the edges
 listed in MIDDLE_TIER. core imports nothing but core, errors, numpy, scipy and the standard
@@ -19,10 +19,11 @@ import rscale
 SRC = Path(rscale.__file__).resolve().parent
 RANK = {"errors": 0, "__init__": 0, "core": 1,
         "store": 2, "query": 2, "sim": 2, "score": 2, "producers": 2,
-        "api": 3, "cli": 4}
+        "distributed": 2, "api": 3, "cli": 4}
 # imports allowed between packages of the middle tier (each a package -> what it may import)
 MIDDLE_TIER = {"store": set(), "query": set(), "sim": set(), "score": {"store"},
-               "producers": {"store", "score", "sim", "query"}}
+               "producers": {"store", "score", "sim", "query"},
+               "distributed": {"producers", "store", "score", "sim", "query"}}
 CORE_MAY_IMPORT = {"numpy", "scipy"}
 HEAVY = {"torch", "faiss", "mlflow", "transformers", "peft", "ray", "pybullet", "trimesh", "statsmodels",
          "matplotlib", "duckdb", "dvc", "PIL", "sklearn"}

@@ -308,8 +308,14 @@ def test_params_yaml_lora_section_maps_onto_the_dataclass():
     import yaml
     from pathlib import Path
 
-    section = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["lora"]
-    p = lora.LoraParams.from_dict(section)
+    from rscale.api.lora import DATA_KEYS, load_lora_config
+
+    path = Path(__file__).parents[1] / "params.yaml"
+    section = yaml.safe_load(path.read_text())["lora"]
+    cfg = load_lora_config(path)               # the data keys (base, data, out, ...) and the trainer's
+    assert set(section) == set(DATA_KEYS) | set(cfg.params.to_dict()) - {"weight_decay", "pooling", "resolution"}
+    assert (cfg.base, cfg.data, str(cfg.out)) == (section["base"], section["data"], section["out"])
+    p = cfg.params
     assert p.to_dict()["scale_range"] == section["scale_range"] and p.rank == section["rank"]
     assert lora.LoraParams.from_dict(p.to_dict()) == p
     assert lora.learning_rate(0, p) == pytest.approx(p.lr / p.warmup_steps)

@@ -155,7 +155,7 @@ def test_asymmetry_matches_a_loop_and_measures_the_direction():
     tight, wide, curve_t, curve_w = [], [], {}, {}
     for (q, t), ranks in zip(cd.pairs, cd.ranks):
         rr = list(1.0 / ranks)
-        m = round(abs(math.log(DISTANCES[q] / DISTANCES[t])), 6)
+        m = round(abs(math.log(DISTANCES[q] / DISTANCES[t])), o2i.RATIO_DECIMALS)
         if DISTANCES[q] < DISTANCES[t]:
             tight += rr
             curve_t.setdefault(m, []).extend(rr)
@@ -210,41 +210,64 @@ def test_box_o2i_and_query_positive_ratio_match_a_loop():
         o2i.box_o2i([[5, 5, 5, 10]], [[10, 10]])
 
 
+def test_log_ratio_edges_are_log_spaced_with_open_ends():
+    e = o2i.log_ratio_edges(1.0, 4.0, 2)
+    assert e.tolist() == [0.0, 1.0, 2.0, 4.0, np.inf]
+    d = np.asarray(o2i.DEFAULT_RATIO_EDGES)
+    assert d[0] == 0 and d[-1] == np.inf and d[1] == 1.0 and d[-2] == 10.0 and d.size == 6
+    np.testing.assert_allclose(np.diff(np.log(d[1:-1])), np.log(10) / 3)        # log-even inner edges
+    for low, high, bins in ((0, 10, 3), (5, 2, 3), (1, np.inf, 2), (1, 10, 0), (1, 10, 1.5)):
+        with pytest.raises(InvalidArgumentError, match="ratio bins"):
+            o2i.log_ratio_edges(low, high, bins)
+
+
+def _stratify_data(seed=4, n=400):
+    rng = np.random.default_rng(seed)
+    ratio = np.exp(rng.normal(np.log(3.0), 1.0, n))
+    base_hit = (rng.random(n) < 0.5).astype(float)
+    # the treatment helps moderate mismatches (ratio 2.2-10) only
+    helps = (ratio >= 2.2) & (ratio < 10)
+    new_hit = np.where(helps & (rng.random(n) < 0.3), 1.0, base_hit)
+    base_ap = rng.beta(2, 3, n)
+    new_ap = np.clip(base_ap + np.where(helps, 0.05, 0.0) + rng.normal(0, 0.05, n), 0, 1)
+    return ratio, {"R@1": base_hit, "mAP@1000": base_ap}, {"R@1": new_hit, "mAP@1000": new_ap}
+
+
 def test_stratify_matches_a_loop_with_significance():
     from scipy import stats
     from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
     from statsmodels.stats.multitest import multipletests
-    rng = np.random.default_rng(4)
-    n = 400
-    ratio = np.exp(rng.normal(np.log(3.0), 1.0, n))
-    base_hit = (rng.random(n) < 0.5).astype(float)
-    # the intervention helps moderate mismatches (ratio 2-10) only
-    helps = (ratio >= 2) & (ratio < 10)
-    new_hit = np.where(helps & (rng.random(n) < 0.3), 1.0, base_hit)
-    base_ap = rng.beta(2, 3, n)
-    new_ap = np.clip(base_ap + np.where(helps, 0.05, 0.0) + rng.normal(0, 0.05, n), 0, 1)
-    res = o2i.stratify(ratio, {"R@1": base_hit, "mAP@1000": base_ap}, {"R@1": new_hit, "mAP@1000": new_ap})
-    assert res.median_ratio == pytest.approx(np.median(ratio))
+    ratio, base, new = _stratify_data()
+    n = ratio.size
+    res = o2i.stratify(ratio, base, new)
+    assert res.median_ratio == pytest.approx(np.median(ratio)) and res.holm_family == "bins"
     edges = o2i.DEFAULT_RATIO_EDGES
-    pvals = []
+    pvals = {"R@1": [], "mAP@1000": []}
     for row in res.rows:
         lo, hi = edges[row["bin"]], edges[row["bin"] + 1]
         sel = [i for i in range(n) if lo <= ratio[i] < hi]
         assert row["n"] == len(sel) and (row["low"], row["high"]) == (lo, hi)
-        x = (base_hit if row["measure"] == "R@1" else base_ap)[sel]
-        y = (new_hit if row["measure"] == "R@1" else new_ap)[sel]
+        x, y = base[row["measure"]][sel], new[row["measure"]][sel]
+        assert row["baseline"] == pytest.approx(x.mean()) and row["treatment"] == pytest.approx(y.mean())
         assert row["gain"] == pytest.approx(y.mean() - x.mean())
         if row["measure"] == "R@1":
             tab = [[np.sum((x == 1) & (y == 1)), np.sum((x == 1) & (y == 0))],
                    [np.sum((x == 0) & (y == 1)), np.sum((x == 0) & (y == 0))]]
             assert row["p_value"] == pytest.approx(sm_mcnemar(tab, exact=True).pvalue)
+            assert (row["only_baseline"], row["only_treatment"]) == (tab[0][1], tab[1][0])
         else:
             assert row["p_value"] == pytest.approx(stats.ttest_rel(y, x).pvalue)
-        pvals.append(row["p_value"])
-    np.testing.assert_allclose([r["p_holm"] for r in res.rows], multipletests(pvals, method="holm")[1])
+            assert row["only_baseline"] is None
+        pvals[row["measure"]].append(row["p_value"])
+    for m, ps in pvals.items():                     # Holm across the bins of each measure
+        np.testing.assert_allclose([r["p_holm"] for r in res.rows if r["measure"] == m],
+                                   multipletests(ps, method="holm")[1])
+    every = o2i.stratify(ratio, base, new, holm_family="all")
+    np.testing.assert_allclose([r["p_holm"] for r in every.rows],
+                               multipletests([r["p_value"] for r in every.rows], method="holm")[1])
     assert res.counts.sum() == n
-    helped = [r for r in res.rows if r["low"] in (2.0, 4.0) and r["measure"] == "R@1"]
-    assert all(r["gain"] > 0 and r["p_holm"] < 0.01 for r in helped)
+    helped = [r for r in res.rows if 2.0 < r["low"] < 10.0 and r["measure"] == "R@1"]
+    assert len(helped) == 2 and all(r["gain"] > 0 and r["p_holm"] < 0.01 for r in helped)
     reverse = [r for r in res.rows if r["high"] == 1.0 and r["measure"] == "R@1"][0]
     assert reverse["gain"] == 0.0 and reverse["p_value"] == 1.0
 
@@ -253,13 +276,19 @@ def test_stratify_small_bins_and_bad_input():
     res = o2i.stratify([0.5, 3.0, 3.5], {"R@1": [1, 0, 1]}, {"R@1": [1, 1, 1]}, edges=[0, 1, 10])
     first, second = res.rows
     assert first["n"] == 1 and np.isnan(first["p_value"]) and np.isnan(first["p_holm"])
-    assert second["n"] == 2 and second["p_holm"] == second["p_value"]
+    assert second["n"] == 2 and second["p_holm"] == second["p_value"] == 1.0 and second["gain"] == 0.5
     with pytest.raises(InvalidArgumentError, match="outside the bin edges"):
         o2i.stratify([0.5, 30.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, edges=[0, 1, 10])
     with pytest.raises(InvalidArgumentError, match="differ"):
         o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@5": [1, 1]})
     with pytest.raises(InvalidArgumentError, match="increasing"):
         o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, edges=[0, 5, 5])
+    with pytest.raises(InvalidArgumentError, match="non-empty"):
+        o2i.stratify([], {"R@1": []}, {"R@1": []})
+    with pytest.raises(InvalidArgumentError, match="at least one measure"):
+        o2i.stratify([0.5, 3.0], {}, {})
+    with pytest.raises(InvalidArgumentError, match="holm_family"):
+        o2i.stratify([0.5, 3.0], {"R@1": [1, 0]}, {"R@1": [1, 1]}, holm_family="measures")
 
 
 def test_matched_crop_box_matches_the_o2i():

@@ -364,14 +364,17 @@ def test_real_mobilenet_v2_on_20_objects(tmp_path):
 
 def test_equal_ratios_of_the_rounded_default_distances_are_one_level():
     """Regression: the default distances are rounded to 4 decimals, so equal ratios differ in the
-    4th digit; at core's 6 decimals Fig. 2 had 20 points and the asymmetry curve 10 levels."""
+    4th digit; at 6 decimals (core's old default) Fig. 2 had 19 points and the asymmetry curve 10
+    levels. Core's defaults now group them (2 decimals) without the api passing anything."""
     from rscale.producers.o2i import DEFAULT_DISTANCES
     rng = np.random.default_rng(0)
     d = rng.standard_normal((6, 5, 4))
     cd = core.cross_distance(d / np.linalg.norm(d, axis=2, keepdims=True), DEFAULT_DISTANCES)
-    assert len(core.recall_by_ratio(cd, 1)["ratio"]) > 8                      # what went wrong (19 levels)
-    assert len(core.recall_by_ratio(cd, 1, decimals=api_o2i.RATIO_DECIMALS)["ratio"]) == 8
-    assert len(core.asymmetry(cd, decimals=api_o2i.RATIO_DECIMALS).magnitude) == 4
+    assert len(core.recall_by_ratio(cd, 1, decimals=6)["ratio"]) > 8          # what went wrong (19 levels)
+    assert len(core.asymmetry(cd, decimals=6).magnitude) > 4
+    assert core.RATIO_DECIMALS == 2
+    assert len(core.recall_by_ratio(cd, 1)["ratio"]) == 8
+    assert len(core.asymmetry(cd).magnitude) == 4
 
 
 def test_renders_are_resized_whole_not_centre_cropped(run):

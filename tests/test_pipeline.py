@@ -36,6 +36,7 @@ def project(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())
     stages["stages"].pop("o2i")            # the O2I benchmark's stage: tests/test_o2i_pipeline.py runs it
+    stages["stages"].pop("real_example")   # the real-backbone example's inputs (real MobileNetV2 weights)
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",

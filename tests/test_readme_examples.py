@@ -66,7 +66,8 @@ def test_readme_in_pool_example_is_consistent():
 def _fake_inputs(work: Path):
     """A tiny random DINOv2 checkpoint and small image trees where the README names them, and a
     params.yaml whose O2I section renders 4 objects at 64 px through a tiny random MobileNetV2
-    under the default backbone's name (so the tour's `rscale compare` arguments hold)."""
+    under the default backbone's name (so the tour's `rscale compare` arguments hold), and whose
+    lora section fine-tunes that MobileNetV2 for a few steps."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     import numpy as np
@@ -95,7 +96,9 @@ def _fake_inputs(work: Path):
            "backbones": [{"name": "mobilenet_v2_imagenet", "model": str(tiny_mobilenet(work / "ckpt" / "mb")),
                           "pooling": "pooled"}],
            "canvas": {"distance_index": 0, "sizes": [64, 96], "object_size": 48}, "batch_size": 16}
-    (work / "params.yaml").write_text(yaml.safe_dump({"o2i": o2i}))
+    # `rscale train-lora`: the tiny MobileNetV2 as the base, a few steps, one of the 4 objects held out
+    lora = {"base": str(work / "ckpt" / "mb"), "evaluation": 1, "steps": 3, "batch_size": 4, "warmup_steps": 1}
+    (work / "params.yaml").write_text(yaml.safe_dump({"o2i": o2i, "lora": lora}))
 
 
 def test_readme_tour_runs(tmp_path, monkeypatch, capsys):

@@ -149,6 +149,21 @@ def test_query_errors(tmp_path):
         api.query("mAP@1000 at N=1e8 for sim_gausian", reg)
 
 
+def test_a_right_name_on_a_wrong_benchmark_names_the_benchmarks_it_has(tmp_path):
+    """Regression: "unknown backbone 'sim_gaussian' with benchmark 'x' ... Did you mean 'sim_gaussian'?"
+    suggested the very name asked for; the benchmark was the wrong part."""
+    reg = tmp_path / "reg"
+    h, _ = make_files(tmp_path)
+    api.register(h, None, registry=reg)
+    bench = api.show("sim_gaussian", reg).benchmark
+    with pytest.raises(NotFoundError) as err:
+        api.query(f"mAP@1000 at N=1e8 for sim_gaussian on {bench}x", reg)
+    msg = str(err.value)
+    assert "Did you mean 'sim_gaussian'" not in msg
+    assert f"has no series with benchmark '{bench}x'" in msg and f"on {bench} using" in msg
+    assert f"Did you mean benchmark '{bench}'?" in msg
+
+
 def test_bundle_round_trip_and_tamper(tmp_path):
     src = tmp_path / "src"
     h, s = make_files(tmp_path)

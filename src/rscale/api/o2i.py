@@ -41,10 +41,6 @@ RECIPE_VERSION = 1
 FORMAT = "rscale-o2i"
 SCHEMA_VERSION = 1
 CONDITIONS = ("baseline", "gp", "box_crop", "alpha_qe", "msa")
-# Ratios d_q/d_t (and |log| magnitudes) equal to 2 decimals are one point of Fig. 2 / one asymmetry
-# level: the default distances are rounded to 4 decimals (3.0 * 3.3 ** (k / 4)), so "equal" ratios
-# differ in the 4th digit (1.3470 / 1.3481) and core's default 6 decimals would split every level.
-RATIO_DECIMALS = 2
 PREPROCESSING = "full-frame resize to {r}x{r} (bicubic), checkpoint mean/std; no centre crop"
 
 _KEYS = ("objects", "seed", "cache", "render", "backbones", "canvas", "interventions", "batch_size", "workers")
@@ -371,7 +367,7 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
         cd = core.cross_distance(base, dist)
         tab = cd.table()
         tables["cross_distance"] += _rows(tab, backbone=entry.name)
-        rbr = core.recall_by_ratio(cd, 1, decimals=RATIO_DECIMALS)
+        rbr = core.recall_by_ratio(cd, 1)
         tables["recall_by_ratio"] += _rows({"ratio": rbr["ratio"], "R@1": rbr["R@1"], "pairs": rbr["pairs"]},
                                            backbone=entry.name)
         matched = {(f, n): _stack(matched_got, objects, [f"@d{f}~d{n}"])[:, 0] for f, n in far_near}
@@ -381,7 +377,7 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
         cm = core.canvas_cosine_matrix(cv)
         tables["canvas"] += [{"backbone": entry.name, "size_a": int(a), "size_b": int(b), "cosine": float(cm[i, j])}
                              for i, a in enumerate(cfg.canvas_sizes) for j, b in enumerate(cfg.canvas_sizes)]
-        asym = core.asymmetry(cd, decimals=RATIO_DECIMALS)
+        asym = core.asymmetry(cd)
         tables["asymmetry"] += _rows(core.asymmetry_table(asym), backbone=entry.name)
         test = core.asymmetry_significance(asym)
         tables["asymmetry_test"].append({"backbone": entry.name, "mrr_tight_query": asym.mrr_tight_query,

@@ -27,22 +27,38 @@ def read_qrels(path) -> dict:
     return out
 
 
+def scored_backbone(queries_manifest: dict, distractors_manifest: dict) -> str:
+    """The name of the system a scoring run evaluates: the distractor set's backbone, plus
+    ``-<intervention>`` when the queries were extracted under a query-side intervention (``gp``,
+    ``msa``), so the registry keeps baseline and intervention apart (``dinov2-gp``)."""
+    name = str(distractors_manifest.get("backbone", "unknown"))
+    intervention = str(queries_manifest.get("intervention", "none") or "none")
+    return name if intervention == "none" else f"{name}-{intervention}"
+
+
 def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
-          lineage: bool = True) -> dict:
+          lineage: bool = True, engine: str = "local", address: str | None = None, num_cpus: int | None = None,
+          progress: bool = False) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
 
     ``fraction`` 1.0 scores the whole pool (the exact full-gallery evaluation); below 1 it scores
     the nested uniform sample {id : hash(seed, id) < fraction}. Shards are scored separately and
     merged, with the shard-to-shard drift check.
+
+    ``engine``: ``local`` (this process) or ``ray`` (one Ray task per shard, on the cluster at
+    ``address`` or a local instance of ``num_cpus`` CPUs; rscale.distributed.scoring): the same
+    sample stats, byte for byte. The Ray engine keeps finished shards' partials in
+    ``<out>.partials/`` until the sample stats are written, so a rerun after a crash scores only
+    the missing shards.
     """
+    import json
     import math
     import time
 
     from rscale.errors import FormatError, InvalidArgumentError
-    from rscale.store.descriptor_set import NORM_TOLERANCE, DescriptorSet, check_vectors
-    from rscale.score.engine import Queries, choose_backend, score_shards
-    from rscale.score.sampling import in_sample
+    from rscale.store.descriptor_set import DescriptorSet
+    from rscale.score.engine import Queries, choose_backend, to_sample_stats
     from rscale.store.sample_stats_file import write_sample_stats
 
     # every argument is checked before any work, and the run is recorded only once the scores are in
@@ -52,8 +68,11 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     for name, value in (("k", k), ("chunk", chunk)):
         if value < 1:
             raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value}")
+    from rscale.distributed.runtime import check_engine
+    check_engine(engine, address)
     qs, ps, ds = DescriptorSet.open(queries_dir), DescriptorSet.open(positives_dir), DescriptorSet.open(distractors_dir)
-    for d in (qs, ps, ds):
+    # the Ray engine's tasks check their own distractor shard (the driver never reads the pool)
+    for d in (qs, ps, ds) if engine == "local" else (qs, ps):
         stale = d.verify()
         if stale:
             raise FormatError(f"{stale[0]} does not match its digest in the manifest ({len(stale)} stale file(s))",
@@ -81,27 +100,6 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     backend = choose_backend(backend, len(q_ids), int(ds.manifest.get("count", 0) * min(fraction, 1.0)), ds.dim)
     queries = Queries.build(q_vec, q_ids, p_vec, p_ids, lambda i: [where[p] for p in rel.get(q_ids[i], [])],
                             backend=backend)
-    keep = None if fraction >= 1.0 else (lambda ids: in_sample(ids, fraction, seed))
-    shards = list(ds.shards())   # (ids, memory-mapped vectors) per shard: nothing is loaded yet
-
-    def shard_chunks(ids, vectors, path):
-        mask = None if keep is None else keep(ids)
-        for a in range(0, len(ids), chunk):
-            block = np.asarray(vectors[a:a + chunk], dtype=np.float32)
-            rows = None if mask is None else np.flatnonzero(mask[a:a + chunk])
-            block = block if rows is None else block[rows]
-            # the scored rows must be finite unit vectors: one pass for the squared norms (NaN and
-            # inf fail the comparison too); check_vectors names the problem and row when one is off
-            norms = np.sqrt(np.einsum("ij,ij->i", block, block))
-            if not np.all(np.abs(norms - 1.0) <= NORM_TOLERANCE):
-                try:
-                    check_vectors(block, None, str(path))
-                except FormatError as exc:
-                    i = exc.row or 0
-                    raise FormatError(exc.problem, path=str(path), row=a + int(i if rows is None else rows[i]),
-                                      hint=exc.hint) from None
-            yield block
-
     from pathlib import Path
 
     from rscale.producers.lineage import digest_file, producer_run
@@ -110,15 +108,46 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
               "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
               "qrels": digest_file(qrels)}
     params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
+    meta = {**(meta or {}), "backbone": scored_backbone(qs.manifest, ds.manifest),
+            "distractor_source": ds.manifest.get("source", str(distractors_dir)),
+            "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
+            **{f"input_{name}": d for name, d in inputs.items()},
+            "weights_sha256": ds.manifest.get("weights_sha256", ""),
+            # a LoRA-merged backbone's base weights, adapter and training list (producers.lora)
+            **({"model_lineage": json.dumps(ds.manifest["model_lineage"], sort_keys=True)}
+               if ds.manifest.get("model_lineage") else {})}
     t = time.perf_counter()
-    ss, report = score_shards(
-        queries, (shard_chunks(i, v, ds.root / s["vectors"]) for (i, v), s in zip(shards, ds.manifest["shards"])),
-        k=k, backend=backend,
-        meta={**(meta or {}), "backbone": ds.manifest.get("backbone", "unknown"),
-              "distractor_source": ds.manifest.get("source", str(distractors_dir)),
-              "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
-              **{f"input_{name}": d for name, d in inputs.items()},
-              "weights_sha256": ds.manifest.get("weights_sha256", "")})
+    extra = {}
+    if engine == "local":
+        from rscale.score.engine import merge_shard_partials
+        from rscale.score.shard import score_shard
+        partials = [score_shard(queries, i, v, k=k, backend=backend, chunk=chunk, fraction=fraction, seed=seed,
+                                where=str(ds.root / s["vectors"]))
+                    for (i, v), s in zip(ds.shards(), ds.manifest["shards"])]
+        merged, report = merge_shard_partials(partials)
+    else:
+        from rscale.distributed.runtime import ray_session
+        from rscale.distributed.scoring import score_on_ray
+        from rscale.store.partial_file import remove_partials
+        from rscale.store.hashing import canonical_digest
+        common = canonical_digest({"queries": inputs["queries"], "positives": inputs["positives"],
+                                   "qrels": inputs["qrels"], **params})
+        from rscale.errors import RscaleError
+        checkpoint = Path(str(out) + ".partials")
+        existed = checkpoint.exists()
+        try:
+            with ray_session(address, num_cpus) as ray:
+                merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
+                                                       fraction=fraction, seed=seed, common=common,
+                                                       checkpoint=checkpoint, progress=progress)
+        except RscaleError:
+            # refused input (a damaged shard): a refused command leaves nothing behind; a crash
+            # (anything else) keeps the finished partials for the rerun
+            if not existed:
+                remove_partials(checkpoint)
+            raise
+        extra = {"engine": "ray", "shards": len(ds.manifest["shards"]), "resumed_shards": resumed}
+    ss = to_sample_stats(queries, merged, meta)
     secs = time.perf_counter() - t
     with producer_run("score", params, inputs, enabled=lineage) as run:
         write_sample_stats(ss, out)
@@ -127,7 +156,9 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
         write_run_sidecar(out, "score", run.run_id)
         run.metric("seconds_scoring", secs)
         run.metric("sampled", float(ss.n_sampled.max()))
-    return {"written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,
+    if engine == "ray":
+        remove_partials(checkpoint)
+    return {**extra, "written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,
             "S": int(ss.n_sampled.max()), "K": ss.k, "seconds": round(secs, 2), "backend": backend,
             "drift": None if report is None else report.message(),
             "drifting": None if report is None else report.drifting}
@@ -182,7 +213,7 @@ def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors
 
 def extract(images, model_dir, *, out, role="distractors", layout="folder", crop=False, pooling="cls",
             resolution=None, batch_size=32, intervention=None, shard_size=4096, progress=True,
-            preprocessing="auto") -> dict:
+            preprocessing="auto", engine="local", address=None, num_cpus=None) -> dict:
     """Extract descriptors of a folder / list file of images, or of an ILIAS-layout tree.
 
     ``layout='ilias'`` writes ``out/queries``, ``out/positives`` and ``out/qrels.parquet``; the
@@ -190,9 +221,15 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
     image processor (``processor``), a plain ``resize`` (fixed-resolution protocols), or ``auto``
     (the processor when the checkpoint has one and no resolution is given; resize under MSA,
     whose patch mask needs the whole image). The choice is recorded in each set's manifest.
+
+    ``engine``: ``local`` or ``ray`` (Ray Data on an actor pool, on the cluster at ``address`` or
+    a local instance of ``num_cpus`` CPUs; rscale.distributed.extraction): the same sets, manifests
+    and recipes, vectors equal up to float rounding.
     """
+    from contextlib import nullcontext
     from pathlib import Path
 
+    from rscale.distributed.runtime import check_engine
     from rscale.errors import InvalidArgumentError
     from rscale.producers import extract as ex
     from rscale.producers.interventions import GrayPad, MaskedScales
@@ -200,33 +237,45 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
     interventions = {None: None, "none": None, "gp": GrayPad, "msa": MaskedScales}
     if intervention not in interventions:
         raise InvalidArgumentError(f"unknown intervention {intervention!r}; expected gp, msa or none")
+    check_engine(engine, address)
     make = interventions[intervention]
     out = Path(out)
     if preprocessing == "auto" and intervention == "msa":
         preprocessing = "resize"
     kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
               progress=progress, preprocessing=preprocessing)
-    if layout == "ilias":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        queries, positives, qrels = ex.ilias_layout(images, crop_queries=crop)
-        qs = ex.extract(queries, model_dir, out / "queries", role="queries",
-                        intervention=make() if make else None, **kw)
-        ps = ex.extract(positives, model_dir, out / "positives", role="positives", **kw)
-        pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
-                       out / "qrels.parquet")
-        return {"queries": qs.count, "positives": ps.count, "qrels": len(qrels), "written": str(out)}
-    src = Path(images)
-    exts = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
-    if src.is_dir():
-        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in exts)
-        items = [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
-    elif src.is_file():
-        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
-        items = [(str(p.with_suffix("")), p, None) for p in paths]
+    if layout != "ilias":
+        items = ex.image_items(images)
+        if make and role != "queries":
+            raise InvalidArgumentError("interventions apply to queries only (the gallery index is never touched)")
+    if engine == "ray":
+        from rscale.distributed.extraction import extract_on_ray
+        from rscale.distributed.runtime import ray_session
+        session = ray_session(address, num_cpus)
     else:
-        raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
-    if make and role != "queries":
-        raise InvalidArgumentError("interventions apply to queries only (the gallery index is never touched)")
-    ds = ex.extract(items, model_dir, out, role=role, intervention=make() if make else None, **kw)
-    return {role: ds.count, "written": str(out)}
+        session = nullcontext()
+    pool = {}
+
+    def run(part, where, role, with_intervention):
+        if engine == "local":
+            return ex.extract(part, model_dir, where, role=role,
+                              intervention=make() if make and with_intervention else None, **kw)
+        ds, info = extract_on_ray(ray, part, model_dir, where, role=role,
+                                  intervention=intervention if with_intervention else None, **kw)
+        pool.update(info, shards_extracted=pool.get("shards_extracted", 0) + info["shards_extracted"])
+        return ds
+
+    with session as ray:
+        if layout == "ilias":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+            queries, positives, qrels = ex.ilias_layout(images, crop_queries=crop)
+            qs = run(queries, out / "queries", "queries", True)
+            ps = run(positives, out / "positives", "positives", False)
+            pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
+                           out / "qrels.parquet")
+            summary = {"queries": qs.count, "positives": ps.count, "qrels": len(qrels), "written": str(out)}
+        else:
+            ds = run(items, out, role, True)
+            summary = {role: ds.count, "written": str(out)}
+    return {**({"engine": "ray", **pool} if engine == "ray" else {}), **summary}

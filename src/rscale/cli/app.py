@@ -1,7 +1,8 @@
 """The typer app: every command group's commands under one ``rscale`` entry point.
 
 One module per group (:mod:`~rscale.cli.data`, :mod:`~rscale.cli.registry`,
-:mod:`~rscale.cli.querying`, :mod:`~rscale.cli.producers`, :mod:`~rscale.cli.o2i`) and one for printing
+:mod:`~rscale.cli.querying`, :mod:`~rscale.cli.producers`, :mod:`~rscale.cli.rerank`,
+:mod:`~rscale.cli.o2i`, :mod:`~rscale.cli.lora`) and one for printing
 (:mod:`~rscale.cli.output`); heavy work is imported inside each command.
 """
 
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import typer
 
-from rscale.cli import data, o2i, producers, querying, registry
+from rscale.cli import data, lora, o2i, producers, querying, registry, rerank
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Tail-aware retrieval evaluation: metrics at any gallery size from a small sample.")
 
-GROUPS = (querying, data, registry, producers, o2i)
+GROUPS = (querying, data, registry, producers, rerank, o2i, lora)
 for _group in GROUPS:
     for _name, _command in _group.COMMANDS.items():
         app.command(_name)(_command)

@@ -1,12 +1,14 @@
 """`rscale o2i run` (the controlled O2I benchmark end to end), `rscale o2i register` (its results
-into the registry) and `rscale compare` (two runs, paired).
+into the registry), `rscale o2i stratify` (gains per O2I ratio bin on a real benchmark) and
+`rscale compare` (two runs, paired).
 
-Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_registry` and
-:mod:`rscale.api.compare`; heavy imports happen inside the commands.
+Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_registry`,
+:mod:`rscale.api.o2i_strata` and :mod:`rscale.api.compare`; heavy imports happen inside the commands.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -132,9 +134,62 @@ def compare(run_a: str = typer.Argument(..., help="Run A (reference): an exact e
     output.console().print(table)
 
 
+def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact evaluation's sample-stats Parquet "
+                                                     "file (`rscale score --fraction 1`), as `rscale compare` takes."),
+             treatment: str = typer.Argument(..., help="Treatment run, same form; gain = treatment - baseline."),
+             layout: Path = typer.Option(..., "--layout", help="The ILIAS-layout folder the runs were extracted "
+                                                                "from, with <name>_bbox.txt box files."),
+             measure: Optional[list[str]] = typer.Option(None, "--measure", "-m",
+                                                         help="Measures (default R@1, R@10, mAP@1000)."),
+             low: float = typer.Option(1.0, "--low", help="Lowest inner bin edge of the O2I ratio."),
+             high: float = typer.Option(10.0, "--high", help="Highest inner bin edge."),
+             bins: int = typer.Option(3, "--bins", help="Log-spaced bins between --low and --high "
+                                                        "(plus one open bin on each side)."),
+             confidence: float = typer.Option(0.95, "--confidence", help="CI level."),
+             query_cropped: bool = typer.Option(False, "--query-cropped",
+                                                help="The runs' queries were cropped to their boxes (extract "
+                                                     "--crop): a query's O2I as seen is 1."),
+             holm: str = typer.Option("bins", "--holm", help="Holm family: bins (each measure's bins) or all cells."),
+             table_out: Optional[Path] = typer.Option(None, "--table", help="Write the table as Parquet here."),
+             plot_out: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot of the gains here."),
+             fmt: str = output.format_option(output.TABLE, output.JSON),
+             ):
+    """Gains of TREATMENT over BASELINE per bin of query / positive O2I ratio (paper section 5.3, App. P)."""
+    from rscale.api.o2i_strata import DEFAULT_MEASURES, stratify_by_o2i
+
+    res = stratify_by_o2i(baseline, treatment, layout=layout, measures=tuple(measure) if measure else DEFAULT_MEASURES,
+                          low=low, high=high, bins=bins, confidence=confidence, holm_family=holm,
+                          query_cropped=query_cropped, table=table_out, plot=plot_out)
+    if fmt == output.JSON:
+        output.print_json(res.to_dict())
+        return
+    from rich.table import Table
+
+    ex = res.excluded
+    left = f"; left out: {ex['no_query_box']} without a query box, {ex['no_positive_box']} without positive boxes" \
+        if any(ex.values()) else ""
+    table = Table(title=f"{res.label_treatment} - {res.label_baseline} by query/positive O2I ratio, "
+                        f"{res.query_ids.size} queries, median ratio {res.median_ratio:.2f}x{left}")
+    for col in ("ratio", "n", "measure", "test", "baseline", "treatment", "gain", "CI", "p", "p (Holm)"):
+        table.add_column(col)
+
+    def num(v, spec):                     # an empty bin has no mean, a bin of one query no test
+        return format(v, spec) if math.isfinite(v) else "-"
+
+    for r in res.rows:
+        ci = f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]" if math.isfinite(r["ci_low"]) else "-"
+        table.add_row(r["label"], str(r["n"]), r["measure"], r["test"], num(r["baseline"], ".4f"),
+                      num(r["treatment"], ".4f"), num(r["gain"], "+.4f"), ci, num(r["p_value"], ".3g"),
+                      num(r["p_holm"], ".3g"))
+    output.console().print(table)
+    for kind, path in res.written.items():
+        typer.echo(f"wrote {kind} {path}")
+
+
 o2i_app.command("run")(run)
 o2i_app.command("register")(register)
+o2i_app.command("stratify")(stratify)
 
-# `rscale o2i run`: a sub-app (app.py adds it by SUBAPPS); `rscale compare`: a plain command
+# `rscale o2i run` / `rscale o2i stratify`: a sub-app (app.py adds it by SUBAPPS); `rscale compare`: a plain command
 COMMANDS = {"compare": compare}
 SUBAPPS = {"o2i": o2i_app}

@@ -10,6 +10,10 @@ import typer
 from rscale.cli import output
 from rscale.cli.options import output_file, output_folder
 
+ENGINE_HELP = ("local (this process) or ray (Ray tasks / Ray Data; the distributed extra): the same outputs. "
+               "Without --address, a local Ray instance on this machine's CPUs.")
+ADDRESS_HELP = "Ray cluster to run on (--engine ray): auto, ray://head:10001 or host:6379."
+
 
 def extract(images: Path = typer.Argument(..., help="Image folder, list file, or ILIAS root (--layout ilias)."),
             model: Path = typer.Option(..., "--model", help="Local transformers checkpoint folder."),
@@ -24,6 +28,8 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
             batch_size: int = typer.Option(32),
             intervention: Optional[str] = typer.Option(None, help="Query-side: gp or msa."),
             shard_size: int = typer.Option(4096),
+            engine: str = typer.Option("local", help=ENGINE_HELP),
+            address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
             fmt: str = output.format_option(output.TEXT, output.JSON)):
     """Extract L2-normalised descriptors with a local transformers backbone (extract extra)."""
     from rscale import api
@@ -31,7 +37,21 @@ def extract(images: Path = typer.Argument(..., help="Image folder, list file, or
     output_folder(out)
     summary = api.extract(images, model_dir=model, out=out, role=role, layout=layout, crop=crop, pooling=pooling,
                           resolution=resolution, batch_size=batch_size, intervention=intervention,
-                          shard_size=shard_size, preprocessing=preprocessing)
+                          shard_size=shard_size, preprocessing=preprocessing, engine=engine, address=address)
+    output.print_mapping(summary, fmt)
+
+
+def extract_backbone(name: str = typer.Argument(..., help="The entry's name under real_backbones: in params.yaml."),
+                     part: str = typer.Option(..., "--part", help="gallery (positives, distractors, qrels) or queries."),
+                     out: Path = typer.Option(..., "--out", "-o", help="Output folder."),
+                     config: Path = typer.Option(Path("params.yaml"), "--config", help="params.yaml with the entry."),
+                     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+                     fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Extract a params.yaml `real_backbones` entry's gallery or queries (the DVC stages real_gallery, real_queries)."""
+    from rscale.api.real_backbones import extract_real_backbone
+
+    output_folder(out)
+    summary = extract_real_backbone(config, name, part=part, out=out, progress=progress)
     output.print_mapping(summary, fmt)
 
 
@@ -66,16 +86,20 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
           k: int = typer.Option(4000, help="Top scores kept per query."),
           backend: str = typer.Option("auto", help="numpy (BLAS), faiss, torch (a CUDA GPU when present) or auto "
                                                    "(torch on a GPU for large jobs, else numpy)."),
+          engine: str = typer.Option("local", help=ENGINE_HELP),
+          address: Optional[str] = typer.Option(None, help=ADDRESS_HELP),
           fmt: str = output.format_option(output.TEXT, output.JSON)):
     """Score descriptors: a uniform sample of the distractors against the queries -> sample stats."""
     from rscale import api
 
     output_file(out)
     summary = api.score(queries_dir=queries, positives_dir=positives, qrels=qrels, distractors_dir=distractors,
-                        out=out, fraction=fraction, seed=seed, k=k, backend=backend)
+                        out=out, fraction=fraction, seed=seed, k=k, backend=backend, engine=engine, address=address,
+                        progress=True)
     output.print_mapping(summary, fmt)
     if summary.get("drifting"):
         output.warn(summary["drift"])
 
 
-COMMANDS = {"extract": extract, "make-descriptors": make_descriptors, "score": score}
+COMMANDS = {"extract": extract, "extract-backbone": extract_backbone, "make-descriptors": make_descriptors,
+            "score": score}

@@ -152,14 +152,24 @@ def import_(bundle: Path = typer.Argument(..., help="Bundle written by rscale ex
                          {"ref": v.ref, "series": _series(v), "created": created})
 
 
-def lineage(name: str = typer.Argument(..., help="NAME[@VERSION]."),
+def lineage(name: str = typer.Argument(..., help="NAME[@VERSION], or a sample-stats file, descriptor set, O2I "
+                                                "output or model folder."),
             benchmark: Optional[str] = typer.Option(None, "--on"),
             estimator: Optional[str] = typer.Option(None, "--using"),
+            backbone: bool = typer.Option(False, "--backbone", help="Walk on to the backbone's weights and, for a "
+                                          "LoRA-merged one, its base weights, adapter and training images."),
+            models: Optional[list[Path]] = typer.Option(None, "--models", help="Folders to search for the "
+                                                         "backbone's checkpoint (re-hashes base, adapter, list)."),
             registry: Optional[Path] = registry_option(),
             fmt: str = output.format_option(output.JSON)):
-    """What made a version: estimator, parameters, code version, run id, input digests (JSON)."""
+    """What made a version: estimator, parameters, code version, run id, input digests (JSON).
+    A path, --backbone or --models: back to the backbone weights, base, adapter and training list."""
     from rscale import api
 
+    if backbone or models or Path(name).exists():
+        output.print_json(api.model_lineage(name, registry=registry, models=tuple(models or ()),
+                                              benchmark=benchmark, estimator=estimator))
+        return
     output.print_json(api.lineage(name, registry=registry, benchmark=benchmark, estimator=estimator))
 
 

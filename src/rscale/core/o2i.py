@@ -36,6 +36,10 @@ from rscale.errors import InvalidArgumentError
 
 
 DEFAULT_KS = (1, 5, 10)
+# Ratios d_q/d_t (and |log| magnitudes) equal to 2 decimals are one point of Fig. 2 / one asymmetry
+# level: distances written to 4 decimals (the default 3.0 * 3.3 ** (k / 4)) make "equal" ratios
+# differ in the 4th digit (1.3470 / 1.3481), and 6 decimals split every level in two.
+RATIO_DECIMALS = 2
 
 
 def _check_desc(desc) -> np.ndarray:
@@ -189,7 +193,7 @@ def cross_distance(desc, distances, block: int = 256) -> CrossDistance:
     return CrossDistance(d, pairs, np.ascontiguousarray(ranks))
 
 
-def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = 6) -> dict:
+def recall_by_ratio(cd: CrossDistance, k: int = 1, decimals: int = RATIO_DECIMALS) -> dict:
     """R@k against d_q / d_t (paper Fig. 2): pairs with the same ratio (to ``decimals``) averaged.
 
     Returns {"ratio", "R@k", "pairs"} sorted by ratio, with the self-retrieval point left out
@@ -336,7 +340,7 @@ class Asymmetry:
     n_pairs_each: int
 
 
-def asymmetry(cd: CrossDistance, decimals: int = 6) -> Asymmetry:
+def asymmetry(cd: CrossDistance, decimals: int = RATIO_DECIMALS) -> Asymmetry:
     """MRR of tight-query -> wide-gallery pairs against the reverse (the mirrored pairs).
 
     "Tight" is the closer camera (the object fills more of the image). Each unordered pair of
@@ -369,7 +373,27 @@ def asymmetry_significance(asym: Asymmetry, confidence: float = 0.95):
 
 # ---- O2I stratification of a real benchmark (section 5.3, App. P) -----------------------------
 
-DEFAULT_RATIO_EDGES = (0.0, 1.0, 2.0, 4.0, 10.0, np.inf)
+def log_ratio_edges(low: float = 1.0, high: float = 10.0, bins: int = 3) -> np.ndarray:
+    """Bin edges of the query / positive O2I ratio: ``bins`` log-spaced bins from ``low`` to
+    ``high``, with one open bin on each side, (0, low) and [high, inf).
+
+    edges = [0, low * (high / low) ** (i / bins) for i = 0..bins, inf]. The defaults follow the
+    paper's App. P / section 5.3 reading: a reverse-direction bin (query object smaller than in
+    its positives, ratio < 1), moderate mismatches 1-10x in three log-even steps
+    (1, 2.15, 4.64, 10) and the extreme bin above 10x. Example: ``log_ratio_edges(1, 4, 2)`` is
+    [0, 1, 2, 4, inf].
+    """
+    if not (np.isfinite(low) and np.isfinite(high) and 0 < low < high):
+        raise InvalidArgumentError(f"ratio bins need 0 < low < high, got low {low:g}, high {high:g}")
+    if int(bins) != bins or bins < 1:
+        raise InvalidArgumentError(f"ratio bins: bins must be a whole number >= 1, got {bins}")
+    inner = low * (high / low) ** (np.arange(int(bins) + 1) / int(bins))
+    inner[-1] = high                   # exact, not high * (1 +- 1 ulp)
+    return np.concatenate([[0.0], inner, [np.inf]])
+
+
+DEFAULT_RATIO_EDGES = tuple(float(e) for e in log_ratio_edges())
+HOLM_FAMILIES = ("bins", "all")
 
 
 def box_o2i(boxes, image_sizes) -> np.ndarray:
@@ -413,34 +437,51 @@ class Stratification:
     counts: np.ndarray       # queries per bin
     median_ratio: float
     rows: list               # one dict per (bin, measure): bin, low, high, n, measure, test, baseline,
-                             # intervention, gain, ci_low, ci_high, p_value, p_holm (Holm over all rows)
+                             # treatment, gain, ci_low, ci_high, p_value, p_holm, only_baseline,
+                             # only_treatment (McNemar's discordant hits; None for the t-test)
+    holm_family: str = "bins"
 
 
 def _is_binary_measure(name: str) -> bool:
     return name.startswith(("R@", "hit"))
 
 
-def stratify(ratio, baseline: dict, intervention: dict, edges=DEFAULT_RATIO_EDGES, confidence: float = 0.95) -> Stratification:
-    """Gains of an intervention over the baseline per bin of query / positive O2I ratio.
+def stratify(ratio, baseline: dict, treatment: dict, edges=DEFAULT_RATIO_EDGES, confidence: float = 0.95,
+             holm_family: str = "bins") -> Stratification:
+    """Gains of a treatment run over a baseline run per bin of query / positive O2I ratio (App. P).
 
-    ``baseline`` and ``intervention``: {measure name: per-query values}, the same queries in the
-    order of ``ratio``. Measures named ``R@k`` (binary hits) use McNemar's exact test, others
-    (``mAP@k``, ``MRR``) the paired t-test (rscale.core.significance); Holm's correction runs over
-    every (bin, measure) cell with at least 2 queries. Cells with fewer have NaN statistics.
+    ``ratio`` (Q,): per query, :func:`query_positive_ratio`. ``baseline`` and ``treatment``:
+    {measure name: per-query values}, the same queries in the order of ``ratio``. Bin b holds the
+    queries with edges[b] <= ratio < edges[b+1] (:func:`log_ratio_edges`). Per bin and measure:
+    gain = mean(treatment) - mean(baseline) with its paired CI; measures named ``R@k`` (binary
+    hits) are tested by McNemar's exact test, the others (``mAP@k``, ``MRR``) by the paired
+    t-test (rscale.core.significance). Holm's correction (``p_holm``) runs, per measure, across
+    its bins (``holm_family="bins"``: one family per measure, as ``compare`` has one per run
+    pair) or across every (bin, measure) cell (``"all"``); cells of fewer than 2 queries are left
+    out of it and have NaN statistics.
+
+    Example: ratios [0.5, 3, 3.5], R@1 hits [1, 0, 1] -> [1, 1, 1], edges [0, 1, 10]: bin 0 gain 0
+    (one query, no test), bin 1 gain +0.5, McNemar b = 0, c = 1, p = 1.
     """
     from rscale.core import significance as sig
 
+    if holm_family not in HOLM_FAMILIES:
+        raise InvalidArgumentError(f"holm_family must be one of {', '.join(HOLM_FAMILIES)}, got {holm_family!r}")
     r = np.asarray(ratio, dtype=np.float64)
     e = np.asarray(edges, dtype=np.float64)
     if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
         raise InvalidArgumentError(f"bin edges must be increasing, got {e.tolist()}")
+    if r.ndim != 1 or r.size == 0:
+        raise InvalidArgumentError(f"stratify needs one ratio per query (a non-empty 1-D array), got shape {r.shape}")
     if np.any(~np.isfinite(r)) or np.any(r <= 0):
         raise InvalidArgumentError("ratios must be finite and > 0")
-    if set(baseline) != set(intervention):
-        raise InvalidArgumentError(f"baseline measures {sorted(baseline)} differ from intervention measures "
-                                   f"{sorted(intervention)}")
+    if set(baseline) != set(treatment):
+        raise InvalidArgumentError(f"baseline measures {sorted(baseline)} differ from treatment measures "
+                                   f"{sorted(treatment)}")
+    if not baseline:
+        raise InvalidArgumentError("name at least one measure to stratify (e.g. R@1, mAP@1000)")
     for name in baseline:
-        for side, vals in (("baseline", baseline[name]), ("intervention", intervention[name])):
+        for side, vals in (("baseline", baseline[name]), ("treatment", treatment[name])):
             if np.shape(vals) != r.shape:
                 raise InvalidArgumentError(f"{side} {name} has {np.size(vals)} values for {r.size} queries")
     b = np.searchsorted(e, r, side="right") - 1
@@ -452,26 +493,29 @@ def stratify(ratio, baseline: dict, intervention: dict, edges=DEFAULT_RATIO_EDGE
     for k in range(e.size - 1):
         sel = b == k
         for name in sorted(baseline):
-            x, y = np.asarray(baseline[name], float)[sel], np.asarray(intervention[name], float)[sel]
+            x, y = np.asarray(baseline[name], float)[sel], np.asarray(treatment[name], float)[sel]
             binary = _is_binary_measure(name)
             row = {"bin": k, "low": float(e[k]), "high": float(e[k + 1]), "n": int(sel.sum()), "measure": name,
                    "test": "mcnemar-exact" if binary else "paired-t",
                    "baseline": float(x.mean()) if x.size else np.nan,
-                   "intervention": float(y.mean()) if y.size else np.nan}
-            row["gain"] = row["intervention"] - row["baseline"]
+                   "treatment": float(y.mean()) if y.size else np.nan}
+            row["gain"] = row["treatment"] - row["baseline"]
+            row.update(ci_low=np.nan, ci_high=np.nan, p_value=np.nan, only_baseline=None, only_treatment=None)
             if x.size >= 2:
                 t = sig.mcnemar(x, y, confidence=confidence) if binary else sig.paired_t(x, y, confidence=confidence)
                 row.update(ci_low=t.ci_low, ci_high=t.ci_high, p_value=t.p_value)
-            else:
-                row.update(ci_low=np.nan, ci_high=np.nan, p_value=np.nan)
+                if t.discordant is not None:
+                    row.update(only_baseline=int(t.discordant[0]), only_treatment=int(t.discordant[1]))
             rows.append(row)
     ps = np.array([row["p_value"] for row in rows])
-    ok = np.isfinite(ps)
+    family = np.array([row["measure"] if holm_family == "bins" else "" for row in rows])
     adj = np.full(ps.size, np.nan)
-    adj[ok] = sig.holm(ps[ok])
+    for f in np.unique(family):
+        cell = (family == f) & np.isfinite(ps)
+        adj[cell] = sig.holm(ps[cell])
     for row, p in zip(rows, adj):
         row["p_holm"] = float(p)
-    return Stratification(e, np.bincount(b, minlength=e.size - 1), float(np.median(r)), rows)
+    return Stratification(e, np.bincount(b, minlength=e.size - 1), float(np.median(r)), rows, holm_family)
 
 
 # ---- tables for the registry and the report --------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 from rscale.core import ragged
 from rscale.errors import FormatError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2          # the newest this rscale reads; files without rerank scores are written as 1
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,17 @@ class SampleStats:
     pos_scores: np.ndarray     # (P,) float64
     pos_counts: np.ndarray     # (P,) int64, sampled distractors at or above the positive
     meta: dict = field(default_factory=dict)
+    top_rerank: np.ndarray | None = None   # (Q, R) rerank scores of the top R <= K, first-stage order
+    pos_rerank: np.ndarray | None = None   # (P,) rerank scores of the positives
+
+    @property
+    def has_rerank(self) -> bool:
+        return self.top_rerank is not None
+
+    @property
+    def schema_version(self) -> int:
+        """1 for first-stage stats alone, 2 when rerank scores travel with them."""
+        return 2 if self.has_rerank else 1
 
     @property
     def n_queries(self) -> int:
@@ -107,6 +118,22 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
     if same.any():
         i = order[int(np.flatnonzero(same)[0]) + 1]
         fail("positive_ids", int(pq[i]), f"duplicate positive id {str(pids[i])!r} within the query")
+
+    if (ss.top_rerank is None) != (ss.pos_rerank is None):
+        raise FormatError("rerank scores need both top_rerank_scores and positive_rerank_scores", path=path,
+                          column="top_rerank_scores" if ss.top_rerank is None else "positive_rerank_scores")
+    if ss.top_rerank is not None:
+        tr, pr = ss.top_rerank, ss.pos_rerank
+        if tr.ndim != 2 or tr.shape[0] != q or not 1 <= tr.shape[1] <= k:
+            raise FormatError(f"top_rerank_scores must hold the same number R (1 <= R <= K = {k}) of scores per query",
+                              path=path, column="top_rerank_scores")
+        if not np.all(np.isfinite(tr)):
+            fail("top_rerank_scores", int(np.flatnonzero(~np.isfinite(tr).all(axis=1))[0]), "NaN or infinite score")
+        if pr.shape != ss.pos_scores.shape:
+            raise FormatError("positive_rerank_scores must be parallel to positive_ids", path=path,
+                              column="positive_rerank_scores")
+        if not np.all(np.isfinite(pr)):
+            fail("positive_rerank_scores", int(pq[np.flatnonzero(~np.isfinite(pr))[0]]), "NaN or infinite score")
 
     c = ss.pos_counts
     neg = np.flatnonzero((c < 0) | (c > s[pq]))

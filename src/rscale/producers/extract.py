@@ -38,6 +38,7 @@ patches masked out of the CLS token's attention).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +97,10 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
     torch = _torch()
     import transformers
 
+    from rscale.producers.checkpoint import checkpoint_config
     path = Path(path)
+    cfg = checkpoint_config(path, what="backbone")
     cfg_file = path / "config.json"
-    if not cfg_file.exists():
-        raise FormatError("no config.json: not a transformers checkpoint directory", path=str(path),
-                          hint="download the weights once elsewhere (huggingface-cli download ...) and pass "
-                               "the local folder; rscale never downloads at run time")
     if preprocessing not in PREPROCESSINGS:
         raise InvalidArgumentError(f"preprocessing must be one of {', '.join(PREPROCESSINGS)}, got {preprocessing!r}")
     pre = path / "preprocessor_config.json"
@@ -114,14 +113,10 @@ def load_backbone(path, resolution: int | None = None, device: str | None = None
         if resolution is not None:
             raise InvalidArgumentError("the checkpoint's image processor sets the input size: pass a resolution "
                                        "only with preprocessing 'resize'")
-    cfg = json.loads(cfg_file.read_text())
     model_type = cfg.get("model_type", "")
     if model_type not in _CLASSES:
         raise InvalidArgumentError(f"unsupported backbone type {model_type!r} in {cfg_file} "
                                    f"(supported: {', '.join(sorted(_CLASSES))})")
-    if not any((path / n).exists() for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
-        raise FormatError("no weights file (model.safetensors or pytorch_model.bin)", path=str(path),
-                          hint="copy the checkpoint's weights into this folder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     cls = getattr(transformers, _CLASSES[model_type])
@@ -261,6 +256,21 @@ def open_image(path, box=None):
     return im.crop(tuple(int(round(b)) for b in box)) if box is not None else im
 
 
+@contextmanager
+def quiet_weight_loading(quiet: bool):
+    """transformers' own "Loading weights" bar off while ``quiet`` (``--no-progress``)."""
+    from transformers.utils import logging as tf_logging
+
+    was = tf_logging.is_progress_bar_enabled()
+    if quiet and was:
+        tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was:
+            tf_logging.enable_progress_bar()
+
+
 def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resolution: int | None = None,
             batch_size: int = 32, shard_size: int = 4096, intervention=None, device=None, progress: bool = True,
             meta: dict | None = None, lineage: bool = True, preprocessing: str = "auto"):
@@ -270,99 +280,159 @@ def extract(items, model_dir, out_dir, *, role: str, pooling: str = "cls", resol
     ``interventions.GrayPad()`` (queries only). Finished shards are reused on a re-run with the
     same recipe (weights, image list, parameters); a folder made by another one is refused.
     ``preprocessing``: auto, processor or resize (module docstring); the choice made is recorded.
+    The Ray engine (rscale.distributed.extraction) shares everything here but the loop over batches.
     """
-    from rscale.store.descriptor_set import write_descriptor_set
-
     items = list(items)
     if not items:
         raise InvalidArgumentError("no images to extract")
-    bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
+    with quiet_weight_loading(not progress):
+        bb = load_backbone(model_dir, resolution, device, preprocessing=preprocessing, inference=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = getattr(intervention, "name", "none") if intervention else "none"
-    from rscale.producers.lineage import digest_file, producer_run, weights_digest
-    from rscale.store.hashing import digest_lines
-    inputs = {"weights": weights_digest(model_dir),
-              "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}" for it in items)}
-    record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
-              "resolution": bb.resolution, "preprocessing": bb.preprocessing,
-              "image_processor": type(bb.processor).__name__ if bb.processor is not None else "none",
-              "intervention": name,
-              "intervention_params": getattr(intervention, "params", {}) if intervention else {},
-              "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
+    plan = ExtractionPlan.of(items, model_dir, bb, role=role, pooling=pooling, batch_size=batch_size,
+                             shard_size=shard_size, intervention=intervention, meta=meta)
 
     def shard_blocks():
         from rich.progress import Progress
         with Progress(disable=not progress, transient=True) as bar:
             task = bar.add_task(f"extracting {role}", total=len(items))
-            for s, a in enumerate(range(0, len(items), shard_size)):
-                part = items[a:a + shard_size]
+            for s, part in plan.shards():
                 ids = np.asarray([it[0] for it in part])
-                vec_path = out_dir / f"shard-{s:05d}.npy"
-                id_path = out_dir / f"shard-{s:05d}.ids.parquet"
-                if vec_path.exists() and id_path.exists():        # resume: this shard is done
-                    done = np.load(vec_path)
-                    if len(done) == len(part):
-                        bar.advance(task, len(part))
-                        yield ids, done.astype(np.float32)
-                        continue
+                done = plan.finished(out_dir, s)
+                if done is not None:                                # resume: this shard is done
+                    bar.advance(task, len(part))
+                    yield ids, done
+                    continue
                 vecs = []
                 for b in range(0, len(part), batch_size):
                     batch = part[b:b + batch_size]
-                    images = [open_image(p, box) for _, p, *rest in batch for box in [rest[0] if rest else None]]
-                    if intervention is None:
-                        vecs.append(embed(bb, to_pixels(bb, images), pooling))
-                    else:
-                        vecs.append(intervention(bb, images, pooling))
+                    vecs.append(embed_items(bb, batch, pooling, intervention))
                     bar.advance(task, len(batch))
                 yield ids, np.concatenate(vecs)
 
-    params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "preprocessing": bb.preprocessing,
-              "intervention": name,
-              "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
-    from rscale.store.run_sidecar import write_run_sidecar
-    with producer_run("extract", params, inputs, enabled=lineage) as run:
+    return plan.write(out_dir, shard_blocks(), lineage=lineage)
+
+
+def embed_items(bb: Backbone, batch, pooling: str, intervention=None) -> np.ndarray:
+    """Descriptors of a batch of (id, path, optional box) items."""
+    images = [open_image(p, box) for _, p, *rest in batch for box in [rest[0] if rest else None]]
+    if intervention is None:
+        return embed(bb, to_pixels(bb, images), pooling)
+    return intervention(bb, images, pooling)
+
+
+@dataclass
+class ExtractionPlan:
+    """What an extraction writes, whichever engine computes the vectors: the items cut into shards,
+    the set's metadata and recipe, the lineage inputs and parameters."""
+
+    items: list
+    role: str
+    shard_size: int
+    inputs: dict
+    record: dict
+    recipe: dict
+    params: dict
+
+    @classmethod
+    def of(cls, items, model_dir, bb: Backbone, *, role: str, pooling: str, batch_size: int, shard_size: int,
+           intervention=None, meta: dict | None = None) -> "ExtractionPlan":
+        from rscale.producers.lineage import weights_digest
+        from rscale.store.hashing import digest_lines
+        name = getattr(intervention, "name", "none") if intervention else "none"
+        inputs = {"weights": weights_digest(model_dir),
+                  "images": digest_lines(f"{it[0]}\t{Path(it[1]).name}\t{it[2] if len(it) > 2 else None}"
+                                         for it in items)}
+        record = {"backbone": Path(model_dir).name, "model_type": bb.model_type, "pooling": pooling,
+                  "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+                  "image_processor": type(bb.processor).__name__ if bb.processor is not None else "none",
+                  "intervention": name,
+                  "intervention_params": getattr(intervention, "params", {}) if intervention else {},
+                  "weights_sha256": inputs["weights"], "images_sha256": inputs["images"], **(meta or {})}
+        from rscale.producers.lora import merged_lineage
+        made_from = merged_lineage(model_dir)
+        if made_from is not None:              # a LoRA-merged checkpoint: what it was trained from
+            record["model_lineage"] = made_from
         # what determines the vectors: resuming a folder made by another recipe is refused
         recipe = {k: record[k] for k in ("model_type", "pooling", "resolution", "preprocessing", "intervention",
                                          "intervention_params", "weights_sha256", "images_sha256")}
-        ds = write_descriptor_set(out_dir, shard_blocks(), role=role, dtype="float32", meta=record,
-                                  shard_size=shard_size, recipe=recipe)
-        run.output("manifest", digest_file(out_dir / "manifest.json"))
-        write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
-        run.metric("descriptors", ds.count)
-    return ds
+        params = {"role": role, "pooling": pooling, "resolution": bb.resolution, "preprocessing": bb.preprocessing,
+                  "intervention": name, "model_type": bb.model_type, "batch_size": batch_size, "count": len(items)}
+        return cls(list(items), role, shard_size, inputs, record, recipe, params)
+
+    def shards(self):
+        """(shard index, its items) in order."""
+        for s, a in enumerate(range(0, len(self.items), self.shard_size)):
+            yield s, self.items[a:a + self.shard_size]
+
+    def finished(self, out_dir, s: int, load: bool = True):
+        """Shard ``s``'s vectors when an earlier run left it whole (None otherwise); ``load=False``
+        answers True instead of reading them."""
+        vec_path = Path(out_dir) / f"shard-{s:05d}.npy"
+        id_path = Path(out_dir) / f"shard-{s:05d}.ids.parquet"
+        if not (vec_path.exists() and id_path.exists()):
+            return None
+        done = np.load(vec_path, mmap_mode="r")
+        if len(done) != len(self.items[s * self.shard_size:(s + 1) * self.shard_size]):
+            return None
+        return np.asarray(done, dtype=np.float32) if load else True
+
+    def write(self, out_dir, blocks, *, lineage: bool = True):
+        """Write the (ids, vectors) blocks as the descriptor set, inside the producer run."""
+        from rscale.producers.lineage import digest_file, producer_run
+        from rscale.store.descriptor_set import write_descriptor_set
+        from rscale.store.run_sidecar import write_run_sidecar
+        out_dir = Path(out_dir)
+        with producer_run("extract", self.params, self.inputs, enabled=lineage) as run:
+            ds = write_descriptor_set(out_dir, blocks, role=self.role, dtype="float32", meta=self.record,
+                                      shard_size=self.shard_size, recipe=self.recipe)
+            run.output("manifest", digest_file(out_dir / "manifest.json"))
+            write_run_sidecar(out_dir / "manifest.json", "extract", run.run_id)
+            run.metric("descriptors", ds.count)
+        return ds
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+
+
+def image_items(src) -> list:
+    """(id, path, None) items of an image folder (every image below it, sorted; id = the path
+    relative to the folder, without suffix) or of a list file (one path per line; id = the path as
+    written, without suffix)."""
+    src = Path(src)
+    if src.is_dir():
+        paths = sorted(p for p in src.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        return [(str(p.relative_to(src).with_suffix("")), p, None) for p in paths]
+    if src.is_file():
+        paths = [Path(line.strip()) for line in src.read_text().splitlines() if line.strip()]
+        return [(str(p.with_suffix("")), p, None) for p in paths]
+    raise InvalidArgumentError(f"{src} is neither an image folder nor a list file")
 
 
 def ilias_layout(root, crop_queries: bool = False):
     """Queries and positives of an ILIAS-style folder: ``<instance>/query/*.jpg`` (with optional
-    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg``.
+    ``*_bbox.txt`` holding x1 y1 x2 y2) and ``<instance>/pos/*.jpg`` (rscale.store.ilias_layout,
+    docs/formats.md).
 
     Returns (queries, positives, qrels): item triples (id, path, box or None) and
-    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box.
+    (query_id, positive_id) pairs. With ``crop_queries`` each query is cropped to its box (checked
+    against the image: a box outside it is a FormatError naming the file).
     """
-    root = Path(root)
+    from rscale.store import ilias_layout as layout
+
     queries, positives, qrels = [], [], []
-    for inst in sorted(p for p in root.iterdir() if p.is_dir()):
-        qdir, pdir = inst / "query", inst / "pos"
-        if not qdir.is_dir() or not pdir.is_dir():
-            continue
+    for inst in layout.instances(root):
         pos_ids = []
-        for img in sorted(pdir.glob("*.jpg")) + sorted(pdir.glob("*.png")):
-            pid = f"{inst.name}/pos/{img.stem}"
+        for img in inst.positives:
+            pid = layout.item_id(inst.name, "pos", img)
             positives.append((pid, img, None))
             pos_ids.append(pid)
-        for img in sorted(qdir.glob("*.jpg")) + sorted(qdir.glob("*.png")):
+        for img in inst.queries:
             box = None
-            bbox_file = img.with_name(f"{img.stem}_bbox.txt")
+            bbox_file = layout.box_path(img)
             if crop_queries and bbox_file.exists():
-                nums = bbox_file.read_text().replace(",", " ").split()
-                if len(nums) != 4:
-                    raise FormatError("expected 4 numbers x1 y1 x2 y2", path=str(bbox_file))
-                box = tuple(float(n) for n in nums)
-            qid = f"{inst.name}/query/{img.stem}"
+                box = layout.read_box(bbox_file, layout.image_size(img))
+            qid = layout.item_id(inst.name, "query", img)
             queries.append((qid, img, box))
             qrels += [(qid, p) for p in pos_ids]
-    if not queries:
-        raise FormatError("no <instance>/query/*.jpg found", path=str(root),
-                          hint="the ILIAS layout is <instance>/query/*.jpg and <instance>/pos/*.jpg")
     return queries, positives, qrels

@@ -27,6 +27,9 @@ Outputs under ``out_dir``::
     adapter/       the peft adapter alone (adapter_config.json, adapter_model.safetensors)
     checkpoints/step-<n>/   adapter weights, optimizer state, step and the run's identity (resumable)
     train_log.tsv  step, loss, lr
+    training_list.tsv   the training images: name, sha256, path (relative to ``out_dir``); its
+                   name and sha256 columns hash (store.hashing.digest_lines) to the manifest's
+                   ``training_list_sha256``
     split.json     the split by object (render-set training only)
 
 Every step logs ``loss`` and ``lr`` to MLflow (rscale.producers.lineage) with the params, the
@@ -47,7 +50,9 @@ import numpy as np
 from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
 
 MANIFEST = "rscale_manifest.json"
+MERGED_KIND = "rscale.backbone.lora_merged"
 CHECKPOINT_STATE = "state.json"
+TRAINING_LIST = "training_list.tsv"
 
 # model_type -> alternative target layouts (module-name suffixes, peft's matching rule); the first
 # layout whose every name matches some Linear / Conv2d of the model is used.
@@ -130,6 +135,23 @@ def _modules():
     except ImportError:
         raise MissingExtraError("peft and torch", "lora") from None
     return torch, peft
+
+
+def merged_lineage(model_dir) -> dict | None:
+    """What a merged checkpoint was made from, from its manifest: ``{"kind", "base_weights_sha256",
+    "adapter_sha256", "training_list_sha256", "split_sha256"}``; None for any other checkpoint.
+    The extractor copies it into each descriptor set's manifest and scoring into the sample stats,
+    so a registered version names the base weights, adapter and training list without the folders."""
+    path = Path(model_dir) / MANIFEST
+    try:
+        man = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or man.get("kind") != MERGED_KIND:
+        return None
+    return {"kind": MERGED_KIND, "base_weights_sha256": man.get("base", {}).get("weights_sha256"),
+            "adapter_sha256": man.get("adapter_sha256"), "training_list_sha256": man.get("training_list_sha256"),
+            "split_sha256": man.get("split_sha256")}
 
 
 # ---------------------------------------------------------------- targets
@@ -225,7 +247,10 @@ def adapt(bb, params: LoraParams):
     torch.manual_seed(int(params.seed))                        # the A matrices' initialisation
     config = peft.LoraConfig(r=int(params.rank), lora_alpha=float(params.alpha), lora_dropout=float(params.dropout),
                              target_modules=list(targets), bias="none")
-    bb.model = peft.get_peft_model(bb.model, config)
+    import warnings
+    with warnings.catch_warnings():            # peft asks transformers 5 a deprecated question; not ours to fix
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        bb.model = peft.get_peft_model(bb.model, config)
     bb.model.eval()
     return targets
 
@@ -326,7 +351,7 @@ class LoraResult:
 
 def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = None, *, render_set=None,
                split=None, resume_from=None, device: str = "cpu", lineage: bool = True,
-               progress: bool = False) -> LoraResult:
+               progress=False) -> LoraResult:
     """Train LoRA adapters on ``base_dir`` (a transformers checkpoint folder) and write the merged
     model, the adapter and a manifest under ``out_dir`` (module docstring).
 
@@ -334,11 +359,12 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
     O2I RenderSet) and ``split`` (an ObjectSplit): the renders of ``split.train`` only.
     ``resume_from``: a checkpoint folder; default the newest under ``out_dir/checkpoints``, if any.
     Bad input (targets, rank, weights, unreadable images, a checkpoint of another base) raises an
-    RscaleError before anything is written.
+    RscaleError before anything is written. ``progress``: True prints a line per step; a callable
+    gets ``(step, steps, loss, lr)`` after each step (step counted from 1).
     """
     torch, _ = _modules()
     from rscale.producers import lora_data
-    from rscale.producers.extract import load_backbone, to_pixels
+    from rscale.producers.extract import quiet_weight_loading, load_backbone, to_pixels
     from rscale.producers.lineage import digest_lines, producer_run, weights_digest
 
     params = params if isinstance(params, LoraParams) else LoraParams.from_dict(params)
@@ -353,12 +379,14 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
         paths = lora_data.image_paths(images)
 
     # Everything that can refuse the run comes before the first write.
-    bb = load_backbone(base_dir, params.resolution, device, dtype=torch.float32)
+    with quiet_weight_loading(True):                 # transformers' progress bars: a refused run prints one line
+        bb = load_backbone(base_dir, params.resolution, device, dtype=torch.float32)
     pooling = _pooling(bb, params)
     mask = bool(params.mask and pooling == "cls" and bb.prefix_tokens > 0)
     pictures = lora_data.training_images(paths)
     base_digest = weights_digest(base_dir)
-    list_digest = digest_lines(lora_data.list_digest_lines(paths))
+    list_lines = lora_data.list_digest_lines(paths)
+    list_digest = digest_lines(list_lines)
     identity = _identity(base_digest, list_digest, params)
     resume = Path(resume_from) if resume_from is not None else latest_checkpoint(out_dir / "checkpoints")
     state = read_checkpoint(resume, identity) if resume is not None else None
@@ -407,24 +435,41 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
             log.append((step, float(loss.detach()), float(lr)))
             run.metric("loss", log[-1][1], step=step)
             run.metric("lr", lr, step=step)
-            if progress:
+            if callable(progress):
+                progress(step + 1, params.steps, log[-1][1], lr)
+            elif progress:
                 print(f"step {step + 1}/{params.steps} loss {log[-1][1]:.5f} lr {lr:.2e}", flush=True)
             if (step + 1) % params.checkpoint_every == 0 or step + 1 == params.steps:
                 save_checkpoint(out_dir / "checkpoints", model, optimizer, step + 1, identity, log)
-        manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split)
+        with quiet_weight_loading(True):
+            manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split,
+                                      list(zip(list_lines, paths)))
         run.output("merged_weights", manifest["merged_weights"])
         run.output("adapter", manifest["adapter"])
         run.metric("final_loss", log[-1][1])
     return LoraResult(out_dir / "model", out_dir / "adapter", manifest, tuple(r[1] for r in log), run.run_id, start)
 
 
-def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split) -> dict:
-    """The adapter, the train log, then the merged model with its manifest (each folder atomic)."""
+def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split, listed) -> dict:
+    """The adapter, the train log, the training list, then the merged model with its manifest
+    (each folder atomic)."""
     from rscale.producers.lineage import digest_file, weights_digest
 
-    _atomic_dir(out_dir / "adapter", lambda tmp: model.save_pretrained(tmp))
+    def write_adapter(tmp):
+        model.save_pretrained(tmp)
+        # peft keeps target_modules as a set and writes it in hash order, which differs from process
+        # to process (PYTHONHASHSEED): sorted, the same training gives the same adapter digest
+        config = tmp / "adapter_config.json"
+        cfg = json.loads(config.read_text())
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        config.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    _atomic_dir(out_dir / "adapter", write_adapter)
     adapter_digest = weights_digest(out_dir / "adapter")
     (out_dir / "train_log.tsv").write_text("step\tloss\tlr\n" + "".join(f"{s}\t{l:.8g}\t{r:.8g}\n" for s, l, r in log))
+    listing = [f"{line}\t{os.path.relpath(Path(p).resolve(), out_dir.resolve())}"
+               for line, p in listed]
+    (out_dir / TRAINING_LIST).write_text("name\tsha256\tpath\n" + "".join(f"{line}\n" for line in listing))
     if split is not None:
         (out_dir / "split.json").write_text(json.dumps(split.to_dict(), indent=1, sort_keys=True) + "\n")
     merged = model.merge_and_unload()
@@ -436,8 +481,10 @@ def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log
         if pre.exists():
             shutil.copyfile(pre, tmp / "preprocessor_config.json")
         files = {p.name: digest_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-        manifest = {"schema": 1, "kind": "rscale.backbone.lora_merged", "model_type": bb.model_type,
-                    "base": {"folder": base_dir.name, "weights_sha256": inputs["base_weights"]},
+        manifest = {"schema": 1, "kind": MERGED_KIND, "model_type": bb.model_type,
+                    "base": {"folder": base_dir.name, "weights_sha256": inputs["base_weights"],
+                             # where the base was, seen from this folder (lineage re-hashes it there)
+                             "path": os.path.relpath(base_dir.resolve(), (out_dir / "model").resolve())},
                     "adapter_sha256": adapter_digest, "training_list_sha256": inputs["training_list"],
                     "split_sha256": inputs.get("split"), "params": run_params, "files": files,
                     "steps": len(log), "loss": {"first": log[0][1], "last": log[-1][1]}}

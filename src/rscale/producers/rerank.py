@@ -78,19 +78,14 @@ def load_detector(path, resolution: int | None = None, device: str | None = None
     import transformers
 
     from rscale.producers.lineage import weights_digest
+    from rscale.producers.checkpoint import checkpoint_config
     path = Path(path)
-    cfg_file = path / "config.json"
-    if not cfg_file.exists():
-        raise FormatError("no detector weights: no config.json", path=str(path),
-                          hint="download an OWLv2 checkpoint once elsewhere (e.g. google/owlv2-base-patch16-ensemble) "
-                               "and pass its local folder; rscale never downloads at run time")
-    model_type = json.loads(cfg_file.read_text()).get("model_type", "")
+    model_type = checkpoint_config(path, what="detector", hint="download an OWLv2 checkpoint once elsewhere (e.g. "
+                                   "google/owlv2-base-patch16-ensemble) and pass its local folder; rscale never "
+                                   "downloads at run time").get("model_type", "")
     if model_type != "owlv2":
         raise InvalidArgumentError(f"detector checkpoint {path} has model_type {model_type!r}; the reranker "
                                    f"needs an OWLv2 checkpoint (model_type 'owlv2')")
-    if not any((path / n).exists() for n in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
-        raise FormatError("no detector weights file (model.safetensors or pytorch_model.bin)", path=str(path),
-                          hint="copy the checkpoint's weights into this folder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     model = transformers.Owlv2ForObjectDetection.from_pretrained(path, local_files_only=True, dtype=dtype)
@@ -378,10 +373,11 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                           hint="pass the gallery folder or mapping the first stage scored")
     qrel_pairs = _read_qrels(qrels) if qrels is not None else None
 
-    det = load_detector(detector_dir, params.resolution, device)
+    with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
+        det = load_detector(detector_dir, params.resolution, device)
+        bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
     meta = qset.manifest
     pooling = pooling or meta.get("pooling", "cls")
-    bb = ex.load_backbone(backbone_dir, resolution or meta.get("resolution"), device, inference=True)
     backbone_digest = weights_digest(backbone_dir)
     if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
         raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
@@ -389,12 +385,18 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                                    f"regions must come from the first stage's backbone")
     if qset.dim != int(np.asarray(ex.embed(bb, ex.to_pixels(bb, [_blank()]), pooling)).shape[1]):
         raise InvalidArgumentError(f"query descriptors have dimension {qset.dim}, the backbone gives another")
+    fresh_cache = not Path(cache_dir).exists()
     cache = RegionCache.open(cache_dir, region_identity(det, bb, backbone_digest, pooling, params))
 
     used = sorted(set(flat.tolist()), key=gpos.get)                # candidate images only
     used_items = [items[gpos[g]] for g in used]
-    sha, computed = region_features(used_items, det, bb, cache, pooling=pooling, params=params,
-                                    batch_size=batch_size, shard_size=shard_size, progress=progress)
+    try:
+        sha, computed = region_features(used_items, det, bb, cache, pooling=pooling, params=params,
+                                        batch_size=batch_size, shard_size=shard_size, progress=progress)
+    except BaseException:
+        if fresh_cache and not cache.shard_paths():     # refused before any shard: leave nothing behind
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        raise
     regions = cache.regions_of(sha)
     upos = {g: i for i, g in enumerate(used)}
     cand_index = np.vectorize(upos.get, otypes=[np.int64])(cand_ids)

@@ -34,11 +34,16 @@ class DriftReport:
 
 
 def drift_check(shard_tops, shard_sizes, merged_top) -> DriftReport:
-    """``shard_tops``: per shard (Q, K) descending top lists; ``shard_sizes``: (J,) or (J, Q) counts."""
+    """``shard_tops``: per shard (Q, K) top lists (any order); ``shard_sizes``: (J,) or (J, Q) counts."""
+    thr = merged_top[:, -1][:, None]
+    return drift_report([np.sum(t >= thr) for t in shard_tops], shard_sizes)
+
+
+def drift_report(observed, shard_sizes) -> DriftReport:
+    """The test from each shard's count of top-K scores at or above the merged threshold."""
     from scipy.stats import chi2  # lazy: off the query path
 
-    thr = merged_top[:, -1][:, None]
-    observed = np.array([np.sum(t >= thr) for t in shard_tops], dtype=np.float64)
+    observed = np.asarray(observed, dtype=np.float64)
     n = np.asarray(shard_sizes, dtype=np.float64)
     share = n.sum(axis=1) / n.sum() if n.ndim == 2 else n / n.sum()
     expected = observed.sum() * share

@@ -86,6 +86,15 @@ class Partial:
         self.flush()
         return -np.sort(-self.top, axis=1)
 
+    def compact(self) -> "Partial":
+        """The same partial, flushed, with an empty candidate buffer: what is sent between processes
+        or kept on disk (the buffer is scratch space, Q x 2048 floats). It still merges; scoring
+        more chunks into it needs a fresh buffer (:func:`empty_partial`)."""
+        self.flush()
+        q = self.top.shape[0]
+        return Partial(self.top, self.kth, np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
+                       self.n, self.counts)
+
 
 @dataclass(frozen=True)
 class Queries:
@@ -316,18 +325,32 @@ def score_shards(queries: Queries, shards, k: int = 4000, backend: str = "numpy"
 
     Returns (sample stats, DriftReport or None when there is a single shard).
     """
-    from rscale.score.drift import drift_check
-
     partials = []
     for chunks in shards:
         state = empty_partial(queries, k)
         for chunk in chunks:
             score_chunk(queries, chunk, state, backend)
         partials.append(state)
-    merged = partials[0]
-    for p in partials[1:]:
-        merged = merged.merge(p)
-    report = None
-    if len(partials) > 1:
-        report = drift_check([p.sorted_top() for p in partials], [p.n for p in partials], merged.sorted_top())
+    merged, report = merge_shard_partials(partials)
     return to_sample_stats(queries, merged, meta), report
+
+
+def merge_shard_partials(partials):
+    """Merge per-shard partials (a sequence, or a callable returning a fresh iterator over them
+    for the second pass the drift check needs) -> (merged, DriftReport or None for one shard).
+
+    The merge is exact whatever the order (top-K of the union, sums of counts); the drift check
+    counts, per shard, its top-K scores at or above the merged K-th best."""
+    from rscale.score.drift import drift_report
+
+    again = partials if callable(partials) else (lambda: iter(partials))
+    merged, sizes = None, []
+    for p in again():
+        merged = p.compact() if merged is None else merged.merge(p)
+        sizes.append(p.n.copy())
+    report = None
+    if len(sizes) > 1:
+        thr = merged.sorted_top()[:, -1][:, None]
+        observed = [int(np.sum(p.top >= thr)) for p in again()]
+        report = drift_report(observed, sizes)
+    return merged, report

@@ -143,29 +143,38 @@ class DescriptorSet:
 
     def verify(self) -> list[str]:
         """Shard files whose digest differs from the manifest (empty when all are intact)."""
+        return [name for i in range(len(self.manifest["shards"])) for name in self.verify_shard(i)]
+
+    def verify_shard(self, index: int) -> list[str]:
+        """The files of shard ``index`` whose digest differs from the manifest."""
+        s = self.manifest["shards"][index]
         bad = []
-        for s in self.manifest["shards"]:
-            for key, digest in (("vectors", s["sha256_vectors"]), ("ids", s["sha256_ids"])):
-                p = self.root / s[key]
-                if not p.exists() or sha256_file(p) != digest:
-                    bad.append(s[key])
+        for key, digest in (("vectors", s["sha256_vectors"]), ("ids", s["sha256_ids"])):
+            p = self.root / s[key]
+            if not p.exists() or sha256_file(p) != digest:
+                bad.append(s[key])
         return bad
+
+    def shard(self, index: int):
+        """(ids, vectors) of shard ``index``; vectors memory-mapped in their stored dtype."""
+        import pyarrow.parquet as pq
+        s = self.manifest["shards"][index]
+        vec_path = self.root / s["vectors"]
+        try:
+            vectors = np.load(vec_path, mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"corrupt shard ({exc})", path=str(vec_path),
+                              hint="run DescriptorSet.verify() and re-extract the shard") from None
+        if vectors.shape != (s["count"], self.dim):
+            raise FormatError(f"shard has shape {vectors.shape}, manifest says ({s['count']}, {self.dim})",
+                              path=str(vec_path), hint="re-extract the shard")
+        ids = pq.read_table(self.root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
+        return ids, vectors
 
     def shards(self):
         """Yield (ids, vectors) per shard; vectors memory-mapped in their stored dtype."""
-        import pyarrow.parquet as pq
-        for s in self.manifest["shards"]:
-            vec_path = self.root / s["vectors"]
-            try:
-                vectors = np.load(vec_path, mmap_mode="r")
-            except (OSError, ValueError) as exc:
-                raise FormatError(f"corrupt shard ({exc})", path=str(vec_path),
-                                  hint="run DescriptorSet.verify() and re-extract the shard") from None
-            if vectors.shape != (s["count"], self.dim):
-                raise FormatError(f"shard has shape {vectors.shape}, manifest says ({s['count']}, {self.dim})",
-                                  path=str(vec_path), hint="re-extract the shard")
-            ids = pq.read_table(self.root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
-            yield ids, vectors
+        for i in range(len(self.manifest["shards"])):
+            yield self.shard(i)
 
     def chunks(self, chunk: int = 16384, keep=None):
         """Yield float32 blocks of at most ``chunk`` rows; ``keep(ids) -> mask`` filters rows
@@ -200,7 +209,8 @@ def write_descriptor_set(root, blocks, *, role: str, dtype: str = "float16", met
     root.mkdir(parents=True, exist_ok=True)
     (root / "manifest.json").unlink(missing_ok=True)     # the set is invisible until complete
     write_text_atomic(root / RECIPE_FILE, json.dumps(recipe, indent=2, sort_keys=True))
-    shards, seen, dim, count = [], set(), None, 0
+    from rscale.store.unique_ids import UniqueIds
+    shards, seen, dim, count = [], UniqueIds(), None, 0
     buf_ids, buf_vec = [], []
 
     def flush(ids, vec, index):
@@ -219,11 +229,16 @@ def write_descriptor_set(root, blocks, *, role: str, dtype: str = "float16", met
         dim = v.shape[1]
         if len(ids) != len(v):
             raise FormatError(f"{len(ids)} ids for {len(v)} vectors", path=str(root))
-        dup = [i for i in ids.tolist() if i in seen]
-        if len(set(ids.tolist())) != len(ids) or dup:
-            raise FormatError(f"duplicate id {dup[0] if dup else ids[0]!r}", path=str(root),
+        def earlier():                          # only to confirm a string-hash match
+            import pyarrow.parquet as pq
+            for s in shards:
+                yield pq.read_table(root / s["ids"]).column("id").to_numpy(zero_copy_only=False)
+            yield from buf_ids
+
+        dup = seen.add(ids, earlier)
+        if dup is not None:
+            raise FormatError(f"duplicate id {dup.item() if hasattr(dup, 'item') else dup!r}", path=str(root),
                               hint="ids identify descriptors; each must be unique within the set")
-        seen.update(ids.tolist())
         buf_ids.append(ids)
         buf_vec.append(v)
         count += len(ids)

@@ -18,14 +18,14 @@ def resolve(catalog: list[Version], name: str, version: str | None = None, bench
             and (source is None or v.source == source)
             and (estimator is None or v.estimator == estimator)]
     if not pool:
+        named = [v for v in catalog if fnmatchcase(v.backbone, name)]
+        if named:          # the name is right, a filter is not: say what the name has
+            raise NotFoundError(_no_series(name, named, benchmark=benchmark, source=source, estimator=estimator))
         names = sorted({v.backbone for v in catalog})
         near = get_close_matches(name, names, n=1)
         hint = f" Did you mean '{near[0]}'?" if near else ""
-        what = f"backbone '{name}'"
-        if any(fnmatchcase(v.backbone, name) for v in catalog):
-            what += " with " + ", ".join(f"{k} '{val}'" for k, val in
-                                         (("benchmark", benchmark), ("source", source), ("estimator", estimator)) if val)
-        raise NotFoundError(f"unknown {what} (known: {', '.join(names) or 'none: the registry is empty'}).{hint}")
+        raise NotFoundError(f"unknown backbone '{name}' (known: {', '.join(names) or 'none: the registry is empty'})."
+                            f"{hint}")
     want = version or "latest"
     picked = []
     for key in sorted({v.series for v in pool}):
@@ -40,6 +40,21 @@ def resolve(catalog: list[Version], name: str, version: str | None = None, bench
         have = sorted({f"v{v.version}" for v in pool} | {t for v in pool for t in v.tags})
         raise NotFoundError(f"{name} has no version '{want}' (has: {', '.join(have)})")
     return picked
+
+
+def _no_series(name: str, named: list[Version], **filters) -> str:
+    """'backbone X has no series on B' with the series it has and the nearest value asked wrongly."""
+    asked = {k: val for k, val in filters.items() if val is not None}
+    what = ", ".join(f"{k} '{val}'" for k, val in asked.items())
+    hints = []
+    for key, val in asked.items():
+        have = sorted({getattr(v, key) for v in named})
+        if val not in have:
+            near = get_close_matches(val, have, n=1)
+            hints.append(f"{key} '{near[0]}'" if near else f"{key} one of {', '.join(have)}")
+    series = "; ".join(sorted({f"on {v.benchmark} using {v.estimator} (source {v.source})" for v in named}))
+    return f"backbone '{name}' has no series with {what} (it has: {series})." + \
+        (f" Did you mean {' and '.join(hints)}?" if hints else "")
 
 
 def resolve_one(catalog: list[Version], name, version=None, benchmark=None, source=None, estimator=None) -> Version:

@@ -13,6 +13,15 @@ positive_scores    list<float64|float32>  their scores
 positive_counts    list<int64>            sampled distractors scoring at or above each one
 =================  =====================  ==============================================
 
+Schema version 2 adds two optional columns, together (a file without them is written as version 1,
+and version 1 files are read as before):
+
+======================  ===============  =================================================
+top_rerank_scores       list<float64>    rerank scores of the top R <= K sampled candidates,
+                                         in first-stage order (R the same for every query)
+positive_rerank_scores  list<float64>    rerank scores of the positives, parallel to positive_ids
+======================  ===============  =================================================
+
 File metadata (Parquet key-value): ``rscale.format = sample-stats``, ``rscale.schema_version``
 and ``rscale.meta`` (JSON: backbone, benchmark, distractor_source, sampler, seed, k). A file
 written by hand without rscale's metadata is read as schema version 1.
@@ -32,6 +41,7 @@ from rscale.store.atomic import atomic_path
 
 FORMAT = "sample-stats"
 COLUMNS = ("query_id", "n_sampled", "top_scores", "positive_ids", "positive_scores", "positive_counts")
+RERANK_COLUMNS = ("top_rerank_scores", "positive_rerank_scores")
 
 
 def _pa():
@@ -56,10 +66,17 @@ def to_table(ss: SampleStats):
         "positive_scores": pa.ListArray.from_arrays(pa.array(off), pa.array(ss.pos_scores.astype(np.float64))),
         "positive_counts": pa.ListArray.from_arrays(pa.array(off), pa.array(ss.pos_counts.astype(np.int64))),
     })
+    if ss.has_rerank:
+        r = ss.top_rerank.shape[1]
+        table = table.append_column("top_rerank_scores", pa.ListArray.from_arrays(
+            pa.array((np.arange(q + 1) * r).astype(np.int32)),
+            pa.array(np.ascontiguousarray(ss.top_rerank, dtype=np.float64).ravel())))
+        table = table.append_column("positive_rerank_scores", pa.ListArray.from_arrays(
+            pa.array(off), pa.array(ss.pos_rerank.astype(np.float64))))
     meta = {**{k_: str(v) for k_, v in ss.meta.items()}, "k": str(k)}
     return table.replace_schema_metadata({
         "rscale.format": FORMAT,
-        "rscale.schema_version": str(SCHEMA_VERSION),
+        "rscale.schema_version": str(ss.schema_version),
         "rscale.meta": json.dumps(meta, sort_keys=True),
     })
 
@@ -191,6 +208,28 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
             raise FormatError(f"list length differs from positive_ids (query_id {str(query_ids[r])!r})",
                               path=path, column=name, row=r,
                               hint="positive_ids, positive_scores and positive_counts are parallel lists")
+    top_rerank = pos_rerank = None
+    present = [c for c in RERANK_COLUMNS if c in table.column_names]
+    if present:
+        if version < 2 or len(present) == 1:
+            missing_col = next(c for c in RERANK_COLUMNS if c not in present) if len(present) == 1 else present[0]
+            raise FormatError("rerank score columns need schema version 2 and both of "
+                              f"{', '.join(RERANK_COLUMNS)}", path=path, column=missing_col,
+                              hint="write the file with rscale (rscale.store.sample_stats_file.write_sample_stats)")
+        tr_flat, tr_off = _list_column(table, "top_rerank_scores", path, "float")
+        r_len = np.diff(tr_off)
+        if r_len.size and np.any(r_len != r_len[0]):
+            r = int(np.flatnonzero(r_len != r_len[0])[0])
+            raise FormatError(f"top_rerank_scores has {int(r_len[r])} scores, other queries {int(r_len[0])}", path=path,
+                              column="top_rerank_scores", row=r, hint="store the same number R of reranked top "
+                                                                      "candidates for every query")
+        top_rerank = tr_flat.reshape(len(query_ids), int(r_len[0]) if r_len.size else 0)
+        pos_rerank, off_r = _list_column(table, "positive_rerank_scores", path, "float")
+        if not np.array_equal(off_r, off):
+            r = int(np.flatnonzero(np.diff(off_r) != np.diff(off))[0])
+            raise FormatError(f"list length differs from positive_ids (query_id {str(query_ids[r])!r})",
+                              path=path, column="positive_rerank_scores", row=r)
     ss = SampleStats(query_ids=query_ids, n_sampled=n_sampled, top_scores=top, pos_offsets=off,
-                     pos_ids=pids, pos_scores=pscores, pos_counts=pcounts, meta=meta)
+                     pos_ids=pids, pos_scores=pscores, pos_counts=pcounts, meta=meta,
+                     top_rerank=top_rerank, pos_rerank=pos_rerank)
     return validate(ss, path)

@@ -1,0 +1,133 @@
+"""The OWLv2 crop reranker end to end, and reranked metrics predicted at any gallery size.
+
+- :func:`rerank`: each query's top K' first-stage candidates rescored by max region cosine
+  (:mod:`rscale.producers.rerank`), written as an artifact folder (reranked lists, per-query
+  metrics, a manifest with input digests, the MLflow run in a sidecar). docs/rerank.md.
+- :func:`predict_reranked`: the reranked metric at gallery size N from a distractor sample
+  whose top candidates were reranked too (:mod:`rscale.core.rerank_law`). docs/rerank.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rscale.errors import InvalidArgumentError
+
+PROPOSAL_KEYS = ("max_boxes", "nms_iou", "min_objectness", "min_side", "resolution")
+CONFIG_KEYS = PROPOSAL_KEYS + ("k", "first_stage_weight", "batch_size", "shard_size")
+
+
+def rerank_settings(config=None, **overrides) -> dict:
+    """The reranker's settings: defaults, then the ``rerank:`` section of ``config`` (a
+    params.yaml-style file), then the ``overrides`` that are not None. Unknown keys are refused."""
+    from rscale.api.config import load_config
+    from rscale.producers.rerank import ProposalParams
+
+    settings = {"k": 1000, "first_stage_weight": 0.0, "batch_size": 16, "shard_size": 1024,
+                **{k: getattr(ProposalParams(), k) for k in PROPOSAL_KEYS}}
+    if config is not None:
+        section = load_config(config, "rerank")
+        unknown = sorted(set(section) - set(CONFIG_KEYS))
+        if unknown:
+            raise InvalidArgumentError(f"{config}: unknown key 'rerank.{unknown[0]}' (known: {', '.join(CONFIG_KEYS)})")
+        settings.update(section)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    for name in ("k", "batch_size", "shard_size"):
+        if not isinstance(settings[name], int) or settings[name] < 1:
+            raise InvalidArgumentError(f"rerank {name} must be a whole number >= 1, got {settings[name]!r}")
+    if not isinstance(settings["max_boxes"], int) or settings["max_boxes"] < 0:
+        raise InvalidArgumentError(f"rerank max_boxes must be a whole number >= 0, got {settings['max_boxes']!r}")
+    if not 0.0 <= float(settings["nms_iou"]) <= 1.0:
+        raise InvalidArgumentError(f"rerank nms_iou must lie in [0, 1], got {settings['nms_iou']!r}")
+    if not 0.0 <= float(settings["first_stage_weight"]) <= 1.0:
+        raise InvalidArgumentError(f"rerank first_stage_weight must lie in [0, 1], got {settings['first_stage_weight']!r}")
+    return settings
+
+
+def rerank(queries, candidates, *, gallery, detector, backbone, cache, out, qrels=None, config=None,
+           k: int | None = None, first_stage_weight: float | None = None, max_boxes: int | None = None,
+           device: str | None = None, progress: bool = True, lineage: bool = True) -> dict:
+    """Rerank each query's top ``k`` first-stage candidates (Parquet: query_id, gallery_id, score,
+    rank) of ``queries`` (a query descriptor set) by max region cosine; write the folder ``out``
+    (reranked.parquet, metrics.parquet with ``qrels``, manifest.json). ``gallery``: the image
+    folder the first stage scored; ``detector`` / ``backbone``: local checkpoint folders (OWLv2;
+    the backbone that extracted the queries); ``cache``: the region cache folder (created if
+    absent, reused across runs). Settings: defaults < ``config``'s ``rerank:`` section < arguments.
+    Returns the summary (mean R@1 and mAP@K' before and after, images computed now)."""
+    from rscale.producers import rerank as producer
+
+    s = rerank_settings(config, k=k, first_stage_weight=first_stage_weight, max_boxes=max_boxes)
+    for name, value in (("queries", queries), ("candidates", candidates), ("gallery", gallery),
+                        ("detector", detector), ("backbone", backbone)):
+        if not Path(value).exists():
+            raise InvalidArgumentError(f"{name} {value} does not exist")
+    if qrels is not None and not Path(qrels).is_file():
+        raise InvalidArgumentError(f"qrels {qrels} is not a file")
+    out, cache = Path(out), Path(cache)
+    if out.exists() and not out.is_dir():
+        raise InvalidArgumentError(f"--out {out} is a file; name a folder to write into")
+    if cache.exists() and not cache.is_dir():
+        raise InvalidArgumentError(f"--cache {cache} is a file; name the region cache folder")
+    params = producer.ProposalParams(**{key: s[key] for key in PROPOSAL_KEYS})
+    return producer.rerank(queries, candidates, gallery, detector, backbone, cache, out, k=s["k"], qrels=qrels,
+                           first_stage_weight=float(s["first_stage_weight"]), params=params,
+                           batch_size=s["batch_size"], shard_size=s["shard_size"], device=device,
+                           progress=progress, lineage=lineage)
+
+
+def reranked_hardness(ss, est, *, tail: bool = True):
+    """The reranked law's input from sample stats with rerank scores and a first-stage hardness
+    estimate of the same positives: x from ``est``, the joint tail from the sample's reranked top
+    (``tail``: with a GPD tail for each slice's rerank scores, else plain counts)."""
+    from rscale.core.rerank_law import RerankedHardness, joint_from_top, joint_from_top_smoothed
+    from rscale.errors import FormatError
+    if not ss.has_rerank:
+        raise FormatError("these sample stats hold no rerank scores (columns top_rerank_scores, "
+                          "positive_rerank_scores, schema version 2)",
+                          hint="rerank each query's top sampled candidates and its positives, and store their scores "
+                               "(docs/rerank.md, 'Reranked metrics at any N')")
+    make = joint_from_top_smoothed if tail else joint_from_top
+    grid, joint = make(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
+    return RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, grid, joint)
+
+
+def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt",
+                     mode: str = "expected", bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """The metric after reranking the first-stage top ``depth`` (K') at each gallery size in ``n``,
+    predicted from sample stats that carry rerank scores (schema version 2).
+
+    First-stage hardness comes from ``method`` (an estimator of :mod:`rscale.core.estimators`,
+    default parameters), the joint tail from the sample's reranked top candidates; the law is
+    :mod:`rscale.core.rerank_law`. Per (measure, N) a row: the reranked value, its 95% query-bootstrap
+    interval (``bootstrap`` resamples; 0 for none: it covers query-level noise only, not the
+    sample's), and the first-stage prediction of the same measure for comparison. ``measures``
+    default to mAP@K' and R@1."""
+    from rscale.core import prediction, rerank_law
+    from rscale.core.estimators.methods import estimate
+    from rscale.core.uncertainty import percentile_ci, query_bootstrap
+    from rscale.query.measures import Measure
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    if not isinstance(bootstrap, int) or bootstrap < 0:
+        raise InvalidArgumentError(f"bootstrap must be a whole number >= 0, got {bootstrap!r}")
+    measures = measures or (f"mAP@{depth}", "R@1")
+    parsed = [Measure.parse(m) if isinstance(m, str) else m for m in measures]
+    sizes = [float(v) for v in (n if isinstance(n, (list, tuple)) else [n])]
+    est = estimate(ss, method)
+    h = reranked_hardness(ss, est)
+    rows = []
+    for measure in parsed:
+        metric, k = measure.law_metric, measure.k
+        if metric == "RR" and k is None:
+            raise InvalidArgumentError(f"{measure}: a reranked metric needs a cut-off within the top K'={depth}; "
+                                       f"write MRR@{depth}")
+        for size in sizes:
+            per_query = rerank_law.reranked_per_query(h, metric, size, k, depth=depth, mode=mode)
+            lo = hi = float("nan")
+            if bootstrap and per_query.size >= 2:
+                lo, hi = (float(v) for v in percentile_ci(query_bootstrap(per_query, bootstrap, seed)))
+            rows.append({"measure": str(measure), "n": size, "depth": depth, "value": float(per_query.mean()),
+                         "ci_low": lo, "ci_high": hi, "first_stage": prediction.predict(est, metric, size, k),
+                         "method": method, "mode": mode})
+    return rows

@@ -1,0 +1,71 @@
+"""The crop reranker's commands: rerank (OWLv2 proposals, region features, max-region rescoring)
+and predict-rerank (the reranked metric at any gallery size from a reranked distractor sample)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rscale.cli import output
+from rscale.cli.options import gallery_size, output_folder, positive_int
+
+
+def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor set (the first stage's queries)."),
+           candidates: Path = typer.Option(..., "--candidates", help="First-stage lists: Parquet with query_id, "
+                                           "gallery_id, score, rank."),
+           gallery: Path = typer.Option(..., "--gallery", help="Image folder the first stage scored (ids as "
+                                        "rscale extract names them)."),
+           detector: Path = typer.Option(..., "--detector", help="Local OWLv2 checkpoint folder."),
+           backbone: Path = typer.Option(..., "--backbone", help="Local checkpoint folder of the backbone that "
+                                         "extracted the queries."),
+           cache: Path = typer.Option(..., "--cache", help="Region cache folder (created if absent, reused)."),
+           out: Path = typer.Option(..., "--out", "-o", help="Output folder (appears whole)."),
+           qrels: Optional[Path] = typer.Option(None, "--qrels", help="Parquet with query_id, positive_id: "
+                                                "per-query R@1 and mAP@K' before and after."),
+           k: Optional[int] = typer.Option(None, "--k", help="K': candidates reranked per query (default 1000)."),
+           first_stage_weight: Optional[float] = typer.Option(None, help="w in (1-w) region + w first-stage "
+                                                              "score (default 0: the paper's)."),
+           max_boxes: Optional[int] = typer.Option(None, help="Boxes kept per image after NMS (default 10)."),
+           config: Optional[Path] = typer.Option(None, "--config", help="params.yaml-style file: its rerank: "
+                                                 "section sets the defaults."),
+           device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when present)."),
+           fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Rerank first-stage candidates by the max cosine over OWLv2 object crops (extract extra)."""
+    from rscale import api
+
+    output_folder(out)
+    output_folder(cache, "--cache")
+    summary = api.rerank(queries, candidates, gallery=gallery, detector=detector, backbone=backbone, cache=cache,
+                         out=out, qrels=qrels, config=config, k=k, first_stage_weight=first_stage_weight,
+                         max_boxes=max_boxes, device=device, progress=fmt != output.JSON)
+    output.print_mapping(summary, fmt)
+
+
+def predict_rerank(
+        sample_stats: Path = typer.Argument(..., help="Sample stats with rerank scores (schema version 2)."),
+        metric: Optional[list[str]] = typer.Option(None, "--metric", help="Measure(s) with a cut-off <= K': "
+                                                   "mAP@1000, R@1, Recall@100, MRR@1000 (default: mAP@K', R@1)."),
+        n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ... (at least K')."),
+        depth: int = typer.Option(1000, "--depth", help="K': first-stage candidates the reranker reorders."),
+        method: str = typer.Option("evt", help="First-stage hardness estimator (evt, evt-paper, count, ...)."),
+        mode: str = typer.Option("expected", help="expected (exact expectation) or plugin (counts at their centres)."),
+        bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the 95% CI (0: none)."),
+        fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV)):
+    """Predict the metric after reranking the top K' at any gallery size, from a reranked sample."""
+    from rscale import api
+    from rscale.cli.options import MAX_BOOTSTRAP
+
+    positive_int(depth, "--depth")
+    positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
+    sizes = [float(gallery_size(v)) for v in n]
+    rows = api.predict_reranked(sample_stats, n=sizes, depth=depth, measures=metric, method=method, mode=mode,
+                                bootstrap=bootstrap)
+    for row in rows:
+        row["N"] = row.pop("n")
+    output.print_rows(rows, fmt, ["measure", "N", "depth", "value", "ci_low", "ci_high", "first_stage", "method",
+                                  "mode"])
+
+
+COMMANDS = {"rerank": rerank, "predict-rerank": predict_rerank}

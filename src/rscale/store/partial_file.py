@@ -1,0 +1,49 @@
+"""Per-shard partials on disk, so that a scoring run that crashed resumes with the missing shards only.
+
+A checkpoint folder holds one ``<key>.npz`` per finished shard (``top`` (Q, K) float32 unordered,
+``n`` (Q,) int64, ``counts`` (P,) int64 and ``key``), written atomically: a file is there whole or
+not at all. Arrays in, arrays out: the scoring side turns them into partials. The file name is the shard's
+:func:`rscale.score.shard.shard_key`, which digests the
+query side, the sample, the engine's parameters and the shard's own files, so a partial is reused
+only by a run that would compute exactly it; anything else in the folder is ignored. The folder is
+removed once the run's sample stats are written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from rscale.store.atomic import atomic_path
+
+
+def _name(key: str) -> str:
+    return key.split(":")[-1] + ".npz"
+
+
+def save_partial(folder, key: str, top: np.ndarray, n: np.ndarray, counts: np.ndarray) -> None:
+    with atomic_path(Path(folder) / _name(key)) as tmp, open(tmp, "wb") as f:
+        np.savez(f, top=top, n=n, counts=counts, key=np.array(key))
+
+
+def load_partial(folder, key: str, n_queries: int, n_positives: int, k: int):
+    """(top, n, counts) stored under ``key``, or None when there is none or it does not fit this run."""
+    path = Path(folder) / _name(key)
+    if not path.exists():
+        return None
+    try:
+        with np.load(path) as z:
+            if str(z["key"]) != key:
+                return None
+            top, n, counts = z["top"], z["n"], z["counts"]
+    except (OSError, ValueError, KeyError):
+        return None                       # unreadable: score the shard again
+    if top.shape != (n_queries, k) or n.shape != (n_queries,) or counts.shape != (n_positives,):
+        return None
+    return top.astype(np.float32), n.astype(np.int64), counts.astype(np.int64)
+
+
+def remove_partials(folder) -> None:
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,300 @@
+"""Real backbones through the DVC pipeline: a params.yaml `real_backbones:` entry -> `dvc repro`
+(extract -> score -> estimate -> register), on a tiny random ViT checkpoint and drawn images, in a
+temporary copy of the pipeline; then an intervention ablation with `dvc exp run`."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("dvc")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from PIL import Image  # noqa: E402
+
+from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            image_size=32, patch_size=8)
+
+
+def run(cmd, cwd, env):
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, f"{cmd} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def changed(text):
+    """Stage names `dvc status` reports as changed."""
+    return {line.strip().rstrip(":") for line in text.splitlines() if line and not line.startswith((" ", "\t"))}
+
+
+def tiny_vit(path):
+    torch.manual_seed(0)
+    transformers.ViTModel(transformers.ViTConfig(**TINY)).save_pretrained(path)
+    return path
+
+
+def draw(path, colour, rng, noise=30):
+    arr = np.clip(np.asarray(colour, float) + rng.normal(0, noise, (40, 48, 3)), 0, 255).astype(np.uint8)
+    x, y = rng.integers(0, 24, 2)
+    arr[y:y + 16, x:x + 16] = 255 - np.asarray(colour)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(arr).save(path)
+
+
+def images(root, instances=10, positives=3, distractors=120, seed=0):
+    """An ILIAS tree (root/ilias) and a distractor folder (root/distractors)."""
+    rng = np.random.default_rng(seed)
+    for i in range(instances):
+        colour = rng.integers(0, 256, 3)
+        draw(root / "ilias" / f"obj{i:02d}" / "query" / "q.png", colour, rng)
+        for j in range(positives):
+            draw(root / "ilias" / f"obj{i:02d}" / "pos" / f"p{j}.png", colour, rng)
+    for d in range(distractors):
+        draw(root / "distractors" / f"d{d:03d}.png", rng.integers(0, 256, 3), rng, noise=60)
+
+
+def entry(root, model, **queries):
+    return {"backbone": {"model": str(model), "pooling": "cls", "preprocessing": "resize", "resolution": 32,
+                         "batch_size": 16},
+            "images": {"layout": "ilias", "root": f"{root}/ilias", "distractors": f"{root}/distractors"},
+            "queries": {"intervention": "none", "crop": False, **queries},
+            "score": {"fraction": 0.5, "k": 40, "seed": 0}}
+
+
+@pytest.fixture()
+def project(tmp_path):
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "src" / "rscale", tmp_path / "src" / "rscale", ignore=shutil.ignore_patterns("__pycache__"))
+    stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
+    # the real stages and the report; the simulated ones are tests/test_pipeline.py's
+    keep = {k: v for k, v in stages.items() if k.startswith("real_") and k != "real_example" or k == "report"}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": keep}, sort_keys=False))
+    tiny_vit(tmp_path / "ckpt" / "tiny_vit")
+    images(tmp_path / "data")
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    assert params["real_backbones"] == {}          # the committed default keeps `make demo` short
+    params["estimate"]["evt"]["k_top"] = 40
+    params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit")}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(tmp_path / "src"), "DVC_NO_ANALYTICS": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env.pop("RSCALE_REGISTRY", None)
+    run(["git", "init", "-q"], tmp_path, env)
+    run([sys.executable, "-m", "dvc", "init", "-q"], tmp_path, env)
+    run(["git", "add", "-A"], tmp_path, env)
+    run(["git", "commit", "-qm", "init"], tmp_path, env)
+    return tmp_path, env
+
+
+def brute_force_counts(path, fraction, seed):
+    """Per positive, the sampled distractors scoring at or above it: a plain loop over the sets."""
+    from rscale.api.scoring import read_qrels
+    from rscale.score.sampling import in_sample
+    from rscale.store.descriptor_set import DescriptorSet
+
+    def load(p):
+        ds = DescriptorSet.open(p)
+        return ds.ids().astype(str), np.concatenate([np.asarray(v, np.float64) for _, v in ds.shards()])
+    q_ids, q = load(path / "queries")
+    p_ids, p = load(path / "gallery" / "positives")
+    d_ids, d = load(path / "gallery" / "distractors")
+    d = d[in_sample(d_ids, fraction, seed)]
+    rel = read_qrels(path / "gallery" / "qrels.parquet")
+    where = {pid: i for i, pid in enumerate(p_ids)}
+    out = {}
+    for qi, qid in enumerate(q_ids):
+        scores = d @ q[qi]
+        for pid in rel[qid]:
+            out[(qid, pid)] = int(np.sum(scores >= float(p[where[pid]] @ q[qi])))
+    return out, len(d)
+
+
+def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_interventions(project):
+    from rscale.store.descriptor_set import DescriptorSet
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    path, env = project
+    dvc = [sys.executable, "-m", "dvc"]
+    rscale = [sys.executable, "-m", "rscale.cli"]
+    run(dvc + ["repro"], path, env)
+    assert json.loads((path / "out" / "registered" / "tiny.json").read_text())["ref"] == "tiny@v1"
+    queries = DescriptorSet.open(path / "out" / "real" / "tiny" / "queries")
+    distractors = DescriptorSet.open(path / "out" / "real" / "tiny" / "gallery" / "distractors")
+    assert (queries.count, distractors.count) == (10, 120)
+    assert queries.manifest["backbone"] == "tiny" and queries.manifest["intervention"] == "none"
+    assert distractors.manifest["source"] == "data/distractors" and distractors.manifest["resolution"] == 32
+    # the sample stats are those of the entry's fraction and seed: the same counts as a plain loop
+    ss = read_sample_stats(path / "out" / "sample_stats" / "tiny.parquet")
+    truth, s = brute_force_counts(path / "out" / "real" / "tiny", 0.5, 0)
+    got = {(str(ss.query_ids[qi]), str(ss.pos_ids[j])): int(ss.pos_counts[j])
+           for qi in range(ss.n_queries) for j in range(ss.pos_offsets[qi], ss.pos_offsets[qi + 1])}
+    assert got == truth and set(ss.n_sampled.tolist()) == {s} and 30 < s < 90
+    assert ss.meta["backbone"] == "tiny" and ss.meta["distractor_source"] == "data/distractors"
+    assert "tiny" in (path / "out" / "report.md").read_text()
+
+    # dotted params: what no stage reads reruns nothing; each sub-mapping reruns its own stages
+    params_file = path / "params.yaml"
+    original = params_file.read_text()
+    params = yaml.safe_load(original)
+    params["estimate"]["sdm"] = {"bins": 3}
+    params["report"]["n"] = 1e9
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert "up to date" in run(dvc + ["status"], path, env)
+    params["real_backbones"]["tiny"]["score"]["fraction"] = 0.25
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny"}
+    params["real_backbones"]["tiny"]["score"]["fraction"] = 0.5
+    params["real_backbones"]["tiny"]["queries"]["intervention"] = "gp"
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_queries@tiny"}
+    params["real_backbones"]["tiny"]["queries"]["intervention"] = "none"
+    (path / "data" / "distractors.txt").write_text("".join(f"{p}\n" for p in sorted((path / "data" / "distractors").iterdir())))
+    params["real_backbones"]["tiny"]["images"]["distractors"] = "data/distractors.txt"
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny"}
+    params_file.write_text(original)
+    # and the code a stage runs is one of its dependencies
+    code = path / "src" / "rscale" / "producers" / "interventions.py"
+    code.write_text(code.read_text() + "\n# touched\n")
+    assert changed(run(dvc + ["status"], path, env)) == {"real_queries@tiny"}
+    code.write_text(code.read_text().replace("\n# touched\n", ""))
+    weights = path / "ckpt" / "tiny_vit" / "config.json"
+    weights.write_text(weights.read_text() + "\n")
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_queries@tiny"}
+    weights.write_text(weights.read_text()[:-1])
+
+    # adding a backbone is one entry: the folders layout, list files and a qrels CSV
+    lists = path / "data" / "lists"
+    lists.mkdir()
+    inst = sorted((path / "data" / "ilias").iterdir())
+    (lists / "queries.txt").write_text("".join(f"{p / 'query' / 'q.png'}\n" for p in inst))
+    (lists / "positives.txt").write_text("".join(f"{p / 'pos' / 'p0.png'}\n" for p in inst))
+    (lists / "qrels.csv").write_text("query_id,positive_id\n" + "".join(
+        f"{p / 'query' / 'q'},{p / 'pos' / 'p0'}\n" for p in inst))
+    second = entry("data", "ckpt/tiny_vit")
+    second["images"].update({"layout": "folders", "root": "data/lists"})
+    params = yaml.safe_load(original)
+    params["real_backbones"]["tiny_lists"] = second
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {f"{s}@tiny_lists" for s in (
+        "real_gallery", "real_queries", "real_score", "real_estimate", "real_register")}
+    run(dvc + ["repro"], path, env)
+    ss2 = read_sample_stats(path / "out" / "sample_stats" / "tiny_lists.parquet")
+    assert ss2.n_queries == 10 and ss2.n_positives == 10 and ss2.meta["backbone"] == "tiny_lists"
+    # the same images and model: each query's one positive scores as the ILIAS entry's p0 did
+    by_pos = {str(p).split("/pos/")[0].rsplit("/", 1)[-1]: c for p, c in zip(ss2.pos_ids, ss2.pos_counts)}
+    assert by_pos == {q.split("/")[0]: c for (q, p), c in truth.items() if p.endswith("/p0")}
+
+    # the intervention ablation through dvc experiments: baseline, GP and MSA on the same backbone
+    run(["git", "add", "-A"], path, env)
+    run(["git", "commit", "-qm", "lock"], path, env)
+    for intervention in ("gp", "msa"):
+        out = run(dvc + ["exp", "run", "--set-param", f"real_backbones.tiny.queries.intervention={intervention}"],
+                  path, env)
+        assert "real_gallery@tiny' didn't change" in out        # only the queries are extracted again
+        q = DescriptorSet.open(path / "out" / "real" / "tiny" / "queries")
+        assert q.manifest["intervention"] == intervention
+    versions = json.loads(run(rscale + ["ls", "-r", "registry", "--format", "json"], path, env))
+    assert {v["backbone"] for v in versions} == {"tiny", "tiny-gp", "tiny-msa", "tiny_lists"}
+    run(rscale + ["report", "-r", "registry", "-o", "report.md"], path, env)
+    report = (path / "report.md").read_text()
+    rows = {line.split("|")[1].strip() for line in report.splitlines()
+            if line.startswith("| tiny")}
+    assert {"tiny", "tiny-gp", "tiny-msa"} <= rows, report
+
+
+def test_entry_mistakes_are_one_line_errors(tmp_path):
+    from rscale.api.real_backbones import load_real_backbone
+    from rscale.cli import main
+
+    tiny_vit(tmp_path / "ckpt")
+    cfg = tmp_path / "params.yaml"
+
+    def write(**overrides):
+        e = entry("data", "ckpt")
+        for dotted, value in overrides.items():
+            group, key = dotted.split("__")
+            e[group][key] = value
+        cfg.write_text(yaml.safe_dump({"real_backbones": {"b": e}}))
+
+    write()
+    got = load_real_backbone(cfg, "b")
+    assert got.model == tmp_path / "ckpt" and got.root == tmp_path / "data" / "ilias" and got.registered_name == "b"
+    write(queries__intervention="gp")
+    assert load_real_backbone(cfg, "b").registered_name == "b-gp"
+    with pytest.raises(InvalidArgumentError, match="no entry 'c' under real_backbones.*entries: b"):
+        load_real_backbone(cfg, "c")
+    for override, message in ((dict(queries__intervention="qe"), "intervention must be one of none, gp, msa"),
+                              (dict(images__layout="tree"), "layout must be one of ilias, folders"),
+                              (dict(score__fraction=1.5), r"fraction must lie in \(0, 1\]"),
+                              (dict(score__k=0), "score.k must be a whole number >= 1"),
+                              (dict(backbone__pooling="max"), "pooling must be one of"),
+                              (dict(queries__intervention="msa", backbone__pooling="mean"), "msa .* with pooling cls"),
+                              (dict(backbone__model="mobilenet_v2_imagenet"), "is a builtin name: give a checkpoint"),
+                              (dict(images__bogus=1), r"unknown key\(s\) \['bogus'\]")):
+        write(**override)
+        with pytest.raises(FormatError, match=message):
+            load_real_backbone(cfg, "b")
+    write()
+    out = tmp_path / "out"
+    rc = main(["extract-backbone", "b", "--part", "gallery", "--config", str(cfg), "-o", str(out)])
+    assert rc == 2 and not out.exists()               # data/ilias is missing: refused, nothing written
+    assert main(["extract-backbone", "b", "--part", "all", "--config", str(cfg), "-o", str(out)]) == 2
+
+
+def test_scored_backbone_names_the_query_intervention():
+    from rscale.api.scoring import scored_backbone
+    assert scored_backbone({"intervention": "none"}, {"backbone": "vit"}) == "vit"
+    assert scored_backbone({"intervention": "gp"}, {"backbone": "vit"}) == "vit-gp"
+    assert scored_backbone({}, {}) == "unknown"         # simulated sets record no intervention
+
+
+def test_the_commented_example_in_params_yaml_is_a_valid_entry(tmp_path):
+    # the README's ready example lives commented out under `real_backbones: {}`: uncommented, it
+    # must read as an entry (its checkpoint folder is what the stage real_example writes)
+    from rscale.api.real_backbones import load_real_backbone
+
+    lines = (ROOT / "params.yaml").read_text().splitlines()
+    start = lines.index("# real_backbones:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#"):
+            break
+        block.append(line[2:])
+    cfg = yaml.safe_load("\n".join(block))
+    (name, e), = cfg["real_backbones"].items()
+    tiny_vit(tmp_path / e["backbone"]["model"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg))
+    got = load_real_backbone(tmp_path / "params.yaml", name)
+    assert (got.name, got.pooling, got.layout, got.fraction) == ("mobilenet_v2_photos", "pooled", "ilias", 0.5)
+    assert got.root == tmp_path / "out" / "examples" / "photos" / "instances"
+
+
+def test_the_example_photo_set_is_an_ilias_tree_with_distractors(tmp_path):
+    import importlib.util
+
+    pytest.importorskip("skimage")
+    from rscale.producers.extract import ilias_layout, image_items
+
+    spec = importlib.util.spec_from_file_location("real_backbone_inputs", ROOT / "examples" / "real_backbone_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counts = module.write_photo_set(tmp_path)
+    queries, positives, qrels = ilias_layout(tmp_path / "instances")
+    distractors = image_items(tmp_path / "distractors")
+    assert (len(queries), len(positives), len(qrels), len(distractors)) == (32, 96, 96, 400)
+    assert counts == {"instances": 32, "positives": 96, "distractors": 400}
+    # no distractor is cut from a photo that gives an instance
+    assert not {d.split("-")[0] for d, *_ in distractors} & set(module.INSTANCE_PHOTOS)
+    assert max(max(Image.open(p).size) for _, p, _ in distractors[:20]) <= module.MAX_SIDE
