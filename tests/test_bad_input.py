@@ -193,6 +193,12 @@ ROWS = [
     ("predict-sample-is-dir", ["predict", H, "--sample", "adir"], None, ["adir", "folder"]),
     ("query-unknown-estimator", ["query", Q + " using foo"], None, ["'foo'", "evt", "count"]),
     ("query-control-characters", ["query", Q + " on \x1b[2Jbench"], None, ["\\x1b[2Jbench"]),
+    # O2I results in the registry
+    ("o2i-register-not-an-o2i-folder", ["o2i", "register", "adir"], None, ["adir", "no manifest.json", "o2i run"]),
+    ("o2i-register-registry-is-file", ["o2i", "register", "adir", "-r", "afile"], None, ["--registry afile", "folder"]),
+    ("compare-unknown-o2i-result", ["compare", "o2i:nope/baseline", "o2i:nope/gp"], None,
+     ["no registered o2i results for 'nope'"]),
+    ("export-unknown-o2i-result", ["export", "o2i:nope@v1", "-o", "x.tar"], None, ["o2i", "'nope'"]),
     ("ids-print-plainly", ["check", "bad.parquet"],
      lambda w: (shutil.copy(w / SS, w / "bad.parquet"),
                 _set_column(w / "bad.parquet", "n_sampled", [5] * 30)),

@@ -311,7 +311,7 @@ def test_dvc_stage_o2i_runs_and_is_cached(tmp_path):
     sec = section(tmp_path, [{"name": "mb", "model": "mb", "pooling": "pooled"}], objects=2)
     sec["cache"] = "cache"
     tiny_mobilenet(tmp_path / "mb")
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"o2i": sec}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"o2i": sec, "register": {"registry": "registry"}}))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            "PYTHONPATH": str(tmp_path / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -326,6 +326,12 @@ def test_dvc_stage_o2i_runs_and_is_cached(tmp_path):
     sh(sys.executable, "-m", "dvc", "repro", "o2i")
     man = api_o2i.read_manifest(tmp_path / "out" / "o2i")
     assert man["params"]["objects"] == 2 and (tmp_path / "out" / "o2i" / "report.md").is_file()
+    # the stage registers the results per backbone into the pipeline's registry, with a receipt
+    [receipt] = json.loads((tmp_path / "out" / "registered" / "o2i.json").read_text())
+    assert receipt["ref"] == "o2i:mb@v1" and receipt["series"] == "o2i/mb/o2i"
+    from rscale.store.registry import Registry
+    [art] = Registry(tmp_path / "registry").artifacts("o2i")
+    assert art.content == receipt["content"] and art.inputs["run"]["manifest"].startswith("sha256:")
     assert "didn't change" in sh(sys.executable, "-m", "dvc", "repro", "o2i")
 
 

@@ -14,6 +14,7 @@ CLI only parses arguments and prints. Grouped by concern:
 - :mod:`rscale.api.compare`: paired comparison of two runs (effect, CI, p, Holm)
 - :mod:`rscale.api.rerank`: the OWLv2 crop reranker end to end, reranked metrics at any N
 - :mod:`rscale.api.o2i`: the controlled O2I benchmark end to end (render, extract, evaluate, analyse)
+- :mod:`rscale.api.o2i_registry`: O2I results registered per backbone (``o2i:NAME@vN``), read back
 - :mod:`rscale.api.o2i_strata`: O2I stratification of a real (ILIAS-layout) benchmark's gains
 - :mod:`rscale.api.lora`: the O2I LoRA fine-tune (train, merge) and the walk from an artifact back to
   the base weights, adapter and training images of the backbone that made it
@@ -34,6 +35,7 @@ _HOME = {
     "estimation": ("BUDGET_SIZES", "budget_check", "estimate", "predict"),
     "lora": ("load_lora_config", "model_lineage", "train_lora"),
     "o2i": ("load_compare_run", "load_o2i_config", "o2i_run", "run_o2i"),
+    "o2i_registry": ("register_o2i",),
     "o2i_strata": ("stratify_by_o2i",),
     "querying": ("curve", "plot_curve", "query"),
     "real_backbones": ("extract_real_backbone", "load_real_backbone"),

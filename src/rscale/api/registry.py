@@ -130,7 +130,11 @@ def list_versions(registry=None) -> list:
 
 
 def show(name: str, registry=None, *, benchmark=None, estimator=None):
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: a registered O2I result
+        kind, base, ver = parse_ref(name)
+        return Registry.locate(registry).artifact(kind, base, ver, benchmark)
     base, _, ver = name.partition("@")
     return Registry.locate(registry).get(base, ver or None, benchmark=benchmark, estimator=estimator)
 
@@ -151,8 +155,12 @@ def verify(registry=None) -> dict:
 
 
 def export(name: str, out, *, registry=None, benchmark=None, estimator=None, license: str = "unspecified"):
+    from rscale.store.artifacts import parse_ref
     from rscale.store.bundle import export_bundle
     from rscale.store.registry import Registry
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: a registered O2I result
+        from rscale.api.o2i_registry import export as export_o2i
+        return export_o2i(name, out, registry=registry, benchmark=benchmark, license=license)
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
@@ -165,11 +173,12 @@ def export(name: str, out, *, registry=None, benchmark=None, estimator=None, lic
 def import_(bundle, registry=None):
     """Check a bundle by content (store/bundle.py) and register its version, with the summary
     recomputed from its verified blobs."""
+    from rscale.api.o2i_registry import check_bundle_blobs
     from rscale.producers.lineage import code_version
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
     return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
-                         code_version=code_version())
+                         code_version=code_version(), check_artifact=check_bundle_blobs)
 
 
 def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
@@ -202,6 +211,8 @@ def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9),
     for v in versions:
         rules = ", ".join(f"{k} {val:.0%}" for k, val in sorted(v.summary.get("rules", {}).items()))
         lines.append(f"| {v.backbone} | {v.estimator} | {v.summary.get('queries')} | {v.summary.get('positives')} | {rules} |")
+    from rscale.api.o2i_registry import report_lines
+    lines += [""] + report_lines(reg)            # registered O2I results, when there are any
     return "\n".join(lines) + "\n"
 
 
@@ -209,7 +220,11 @@ def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict
     """What made a version, back to its inputs: estimator, parameters, code, run, input blobs."""
     import pyarrow.parquet as pq
 
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: a registered O2I result
+        from rscale.api.o2i_registry import artifact_lineage
+        return artifact_lineage(name, registry=registry, benchmark=benchmark)
     reg = Registry.locate(registry)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)

@@ -1,8 +1,9 @@
-"""`rscale o2i run` (the controlled O2I benchmark end to end), `rscale o2i stratify` (gains per O2I
-ratio bin on a real benchmark) and `rscale compare` (two runs, paired).
+"""`rscale o2i run` (the controlled O2I benchmark end to end), `rscale o2i register` (its results
+into the registry), `rscale o2i stratify` (gains per O2I ratio bin on a real benchmark) and
+`rscale compare` (two runs, paired).
 
-Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_strata` and
-:mod:`rscale.api.compare`; heavy imports happen inside the commands. :func:`register` adds both to the app.
+Thin commands over :mod:`rscale.api.o2i`, :mod:`rscale.api.o2i_registry`,
+:mod:`rscale.api.o2i_strata` and :mod:`rscale.api.compare`; heavy imports happen inside the commands.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
+from rscale.cli.options import _registry_folder, output_file, registry_option
 
 o2i_app = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="The controlled object-to-image (O2I) ratio-mismatch benchmark.")
@@ -23,16 +25,33 @@ def run(config: Path = typer.Option(Path("params.yaml"), "--config", help="param
         objects: Optional[int] = typer.Option(None, "--objects", help="Number of objects (overrides o2i.objects)."),
         out: Path = typer.Option(Path("out/o2i"), "--out", "-o", help="Output folder (tables, plots, report.md)."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+        registry: Optional[Path] = typer.Option(None, "--registry", "-r", callback=_registry_folder,
+                                                help="Also register the results in this registry folder "
+                                                     "(as `rscale o2i register` does)."),
+        benchmark: str = typer.Option("o2i", "--benchmark", help="Benchmark name the results are registered under."),
+        receipt: Optional[Path] = typer.Option(None, help="With --registry: write a JSON receipt (refs + digests), "
+                                                          "e.g. for DVC."),
         fmt: str = output.format_option(output.TABLE, output.JSON, help="table or json (the summary)."),
         ):
     """Render -> extract -> evaluate -> analyse for the backbones in params.yaml `o2i.backbones`."""
     from rscale.api import o2i as api_o2i
+    from rscale.errors import InvalidArgumentError
 
+    output_file(receipt, "--receipt")
+    if receipt is not None and registry is None:
+        raise InvalidArgumentError("--receipt records a registration: give --registry DIR too")
+    if registry is not None:
+        from rscale.api.registry import check_name
+        check_name("benchmark", benchmark, flag="--benchmark")      # refused before the run, not after it
     cfg = api_o2i.load_o2i_config(config, objects=objects)
     res = api_o2i.run_o2i(cfg, out, progress=progress)
     c = res.counters
     value = {"out": str(res.out), "rendered": c.rendered, "extracted": c.extracted, "reused": c.reused,
              "seconds": {k: round(v, 2) for k, v in c.seconds.items()}, **res.summary}
+    if registry is not None:
+        from rscale.api.o2i_registry import register_o2i
+        value["registered"] = register_o2i(res.out, registry=registry, benchmark=benchmark)
+        _write_receipt(receipt, value["registered"])
     if fmt == output.JSON:
         output.print_json(value)
         return
@@ -44,22 +63,61 @@ def run(config: Path = typer.Option(Path("params.yaml"), "--config", help="param
         a = s["asymmetry"]
         typer.echo(f"{b}: mean R@1 by mismatch {r1}; asymmetry favours {a['favoured']} "
               f"(tight - wide MRR {a['difference']:+.3f}, p {a['p_value']:.3g})")
+    if registry is not None:
+        _echo_registered(value["registered"])
+
+
+def _write_receipt(receipt: Optional[Path], registered: dict) -> None:
+    if receipt is None:
+        return
+    import json
+    receipt.parent.mkdir(parents=True, exist_ok=True)
+    receipt.write_text(json.dumps([{k: r[k] for k in ("ref", "content", "series")} for r in registered["results"]],
+                                  indent=2, sort_keys=True) + "\n")
+
+
+def _echo_registered(registered: dict) -> None:
+    for r in registered["results"]:
+        verb = "registered" if r["created"] else "already registered (no change)"
+        typer.echo(f"{verb}: {r['ref']}  [{r['series']}]  {r['content']}")
+
+
+def register(out_dir: Path = typer.Argument(..., help="An output folder of `rscale o2i run`."),
+             benchmark: str = typer.Option("o2i", "--benchmark", help="Benchmark name of the series (default o2i)."),
+             receipt: Optional[Path] = typer.Option(None, help="Write a small JSON receipt (refs + digests)."),
+             registry: Optional[Path] = registry_option(),
+             fmt: str = output.format_option(output.TEXT, output.JSON),
+             ):
+    """Store each backbone's O2I results as an immutable version `o2i:BACKBONE@vN` (a no-op if unchanged)."""
+    from rscale.api.o2i_registry import register_o2i
+
+    output_file(receipt, "--receipt")      # refused before the registry is touched
+    out = register_o2i(out_dir, registry=registry, benchmark=benchmark)
+    _write_receipt(receipt, out)
+    if fmt == output.JSON:
+        output.print_json(out)
+        return
+    _echo_registered(out)
 
 
 def compare(run_a: str = typer.Argument(..., help="Run A (reference): an exact evaluation's sample-stats Parquet "
-                                                  "file, or an O2I output folder[#BACKBONE/CONDITION]."),
+                                                  "file, an O2I output folder[#BACKBONE/CONDITION], or a registered "
+                                                  "O2I result o2i:BACKBONE[@vN][/CONDITION]."),
             run_b: str = typer.Argument(..., help="Run B, same forms; effect = B - A."),
             measure: Optional[list[str]] = typer.Option(None, "--measure", "-m",
                                                         help="Measures (default R@1, R@10, mAP@1000, MRR)."),
             confidence: float = typer.Option(0.95, "--confidence", help="CI level."),
             ci: str = typer.Option("t", "--ci", help="t (paired t interval) or bootstrap."),
+            registry: Optional[Path] = registry_option(),
             fmt: str = output.format_option(output.TABLE, output.JSON),
             ):
-    """Paired comparison of two runs on the same queries: effect, CI and p per measure (Holm across measures)."""
-    from rscale.api import compare as cmp
-    from rscale.api import o2i as api_o2i
+    """Paired comparison of two runs on the same queries: effect, CI and p per measure (Holm across measures).
 
-    a, b = api_o2i.load_compare_run(run_a), api_o2i.load_compare_run(run_b)
+    A run is also a registered O2I result, o2i:BACKBONE[@vN][/CONDITION] (condition default baseline)."""
+    from rscale.api import compare as cmp
+    from rscale.api.o2i_registry import load_compare_operand
+
+    a, b = load_compare_operand(run_a, registry), load_compare_operand(run_b, registry)
     res = cmp.compare(a, b, measures=tuple(measure) if measure else cmp.DEFAULT_MEASURES, confidence=confidence,
                       ci=ci)
     if fmt == output.JSON:
@@ -129,6 +187,7 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
 
 
 o2i_app.command("run")(run)
+o2i_app.command("register")(register)
 o2i_app.command("stratify")(stratify)
 
 # `rscale o2i run` / `rscale o2i stratify`: a sub-app (app.py adds it by SUBAPPS); `rscale compare`: a plain command

@@ -25,6 +25,12 @@ A bundle is data from elsewhere: import trusts nothing in it that it can check.
   ``summarize``, and the manifest's own copy must match it: counts always, statistical terms
   when the bundle comes from the same rscale code. What is stored is the recomputed summary.
 
+Artifact bundles (bundle version 2: one registered artifact of another kind, such as one
+backbone's O2I results, artifacts.py) hold ``artifact`` instead of ``version``, and their files'
+``kind`` is the blob's role (an O2I table name). The same member rules apply; the content check
+is the caller's ``check_artifact`` (each blob read as the table its role names), and the content
+digest, lineage digest and summary are recomputed and must match the manifest's.
+
 Anything that fails is refused with one FormatError line, and the target is left as it was
 (no catalog row, no blob, no folder). Only then are the blobs copied in and the version's rows
 added (one transaction, a no-op when the same content is already registered).
@@ -43,13 +49,15 @@ from pathlib import Path
 import numpy as np
 
 from rscale.errors import FormatError, RscaleError, SchemaVersionError
+from rscale.store.artifacts import Artifact, content_of
 from rscale.store.atomic import atomic_path
 from rscale.store.catalog import BLOB_KINDS
 from rscale.store.hashing import canonical_digest, hex_of, is_digest
 from rscale.store.integrity import IMPORT_PREFIX
 from rscale.store.registry import Registry, Version
 
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 1              # a hardness version's bundle
+ARTIFACT_BUNDLE_VERSION = 2     # an artifact's bundle (import reads both)
 # summary fields that are plain counts of the blobs: compared whatever code made the bundle
 COUNT_FIELDS = ("queries", "positives", "S_min", "S_max", "rules", "draws")
 # summary fields that are not derived from the blobs (run ids live in sidecars and MLflow)
@@ -77,7 +85,29 @@ def export_bundle(reg: Registry, version: Version, out: str | os.PathLike, licen
                     "mlflow_run_id": version.mlflow_run_id, "created": version.created},
         "summary": version.summary, "files": files,
     }
+    return _write_bundle(reg, manifest, out)
+
+
+def export_artifact_bundle(reg: Registry, a: Artifact, out: str | os.PathLike, license: str = "unspecified") -> Path:
+    """An artifact (artifacts.py) as a bundle: its blobs by role, its row's identity and lineage."""
+    files = []
+    for role in sorted(a.blobs):
+        path = reg.artifact_blob(a, role)
+        files.append({"kind": role, "digest": a.blobs[role], "bytes": path.stat().st_size,
+                      "path": member_name(a.blobs[role])})
+    manifest = {
+        "format": "rscale-bundle", "bundle_version": ARTIFACT_BUNDLE_VERSION, "license": license,
+        "artifact": {"kind": a.kind, "name": a.name, "benchmark": a.benchmark, "version": a.version,
+                     "content": a.content, "lineage": a.lineage, "inputs": a.inputs, "params": a.params,
+                     "code_version": a.code_version, "mlflow_run_id": a.mlflow_run_id, "created": a.created},
+        "summary": a.summary, "files": files,
+    }
+    return _write_bundle(reg, manifest, out)
+
+
+def _write_bundle(reg: Registry, manifest: dict, out) -> Path:
     from rscale import __version__
+    out = Path(out)
     manifest["rscale_version"] = __version__
     data = json.dumps(manifest, sort_keys=True, indent=2).encode()
     with atomic_path(out) as tmp:
@@ -86,7 +116,7 @@ def export_bundle(reg: Registry, version: Version, out: str | os.PathLike, licen
             info.size = len(data)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
-            for f in files:
+            for f in manifest["files"]:
                 tar.add(reg.blob_path(f["digest"]), arcname=f["path"], recursive=False)
     return out
 
@@ -112,10 +142,13 @@ def read_manifest(bundle: str | os.PathLike) -> dict:
         bundle_version = int(manifest.get("bundle_version", 0))
     except (TypeError, ValueError):
         raise _refuse(f"bundle_version {manifest.get('bundle_version')!r} is not a number", bundle) from None
-    if bundle_version > BUNDLE_VERSION:
+    if bundle_version > ARTIFACT_BUNDLE_VERSION:
         raise SchemaVersionError(f"bundle version {manifest['bundle_version']} is newer than this rscale reads "
-                                 f"({BUNDLE_VERSION})", path=bundle, hint="upgrade rscale")
-    _check_manifest_shape(manifest, bundle)
+                                 f"({ARTIFACT_BUNDLE_VERSION})", path=bundle, hint="upgrade rscale")
+    if "artifact" in manifest:
+        _check_artifact_shape(manifest, bundle)
+    else:
+        _check_manifest_shape(manifest, bundle)
     return manifest
 
 
@@ -143,6 +176,66 @@ def _check_manifest_shape(manifest: dict, bundle: str) -> None:
         kinds.add(f["kind"])
     if "hardness" not in kinds:
         raise _refuse("the bundle has no hardness file", bundle, hint="a version is its hardness table: re-export it")
+
+
+def _check_artifact_shape(manifest: dict, bundle: str) -> None:
+    import re
+
+    a = manifest.get("artifact")
+    if "version" in manifest or not isinstance(a, dict) or not all(
+            isinstance(a.get(k), str) and a.get(k) for k in ("kind", "name", "benchmark", "content", "lineage")):
+        raise _refuse("the manifest's 'artifact' lacks kind, name, benchmark, content or lineage", bundle)
+    if not all(isinstance(a.get(k, {}), dict) for k in ("inputs", "params")) \
+            or not isinstance(manifest.get("summary", {}), dict):
+        raise _refuse("the manifest's inputs, params or summary is not an object", bundle)
+    files = manifest.get("files")
+    if not isinstance(files, list) or not files:
+        raise _refuse("the manifest has no file list", bundle)
+    roles, digests = set(), set()
+    for i, f in enumerate(files):
+        if not isinstance(f, dict) or not isinstance(f.get("kind"), str) or not re.fullmatch(r"[a-z0-9_]+", f["kind"]) \
+                or not is_digest(f.get("digest")) or not isinstance(f.get("bytes"), int) \
+                or isinstance(f.get("bytes"), bool) or f["bytes"] < 0:
+            raise _refuse(f"file entry {i} of the manifest is malformed (needs a role, a sha256 digest and a byte "
+                          "count)", bundle)
+        if f.get("path") != member_name(f["digest"]):
+            raise _refuse(f"file entry {i} names the path {f.get('path')!r}; a bundle's files are "
+                          f"{member_name(f['digest'])!r}, members of the bundle named by their digest", bundle)
+        if f["kind"] in roles or f["digest"] in digests:
+            raise _refuse(f"the manifest lists the {f['kind']} file or its blob twice", bundle)
+        roles.add(f["kind"])
+        digests.add(f["digest"])
+
+
+def _import_artifact(reg: Registry, manifest: dict, files: dict, bundle: str, check_artifact, code_version: str):
+    """The artifact half of :func:`import_bundle`: content check, digests, summary, then register."""
+    a = manifest["artifact"]
+    if check_artifact is None:
+        raise _refuse(f"this is a bundle of a {a['kind']!r} artifact, which this import cannot check", bundle,
+                      hint="import it with 'rscale import'")
+    try:
+        rows, recomputed = check_artifact(a, files)
+    except RscaleError as exc:
+        raise _refuse(getattr(exc, "problem", str(exc)), bundle) from None
+    digests = {f["kind"]: f["digest"] for f in manifest["files"]}
+    if content_of(digests) != a["content"]:
+        raise _refuse("the manifest's content digest is not the digest of its files", bundle)
+    if canonical_digest(a.get("inputs") or {}) != a["lineage"]:
+        raise _refuse("the manifest's lineage digest is not the digest of its inputs", bundle)
+    claimed = manifest.get("summary", {})
+    same_code = bool(code_version) and a.get("code_version") == code_version
+    for key in sorted(recomputed):
+        if key in INFO_FIELDS or (not same_code and key not in claimed):
+            continue
+        if _plain(claimed.get(key)) != _plain(recomputed[key]):
+            raise _refuse(f"the manifest's summary field {key!r} is not what its blobs give (recomputed: "
+                          f"{json.dumps(_plain(recomputed[key]))[:80]}); the manifest was edited", bundle)
+    summary = {**recomputed, "imported_from": f"{a['kind']}:{a['name']}@v{a.get('version')}",
+               "license": manifest.get("license")}
+    return reg.register_artifact(kind=a["kind"], name=a["name"], benchmark=a["benchmark"], files=files,
+                                 inputs=a.get("inputs") or {}, params=a.get("params") or {},
+                                 code_version=a.get("code_version", ""), mlflow_run_id=a.get("mlflow_run_id"),
+                                 summary=summary, rows=rows)
 
 
 def _stream_members(bundle: str, manifest: dict, staging: Path) -> dict[str, Path]:
@@ -246,12 +339,15 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_version: str = "") -> tuple[Version, bool]:
+def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_version: str = "",
+                  check_artifact=None) -> tuple[Version | Artifact, bool]:
     """Check everything in the bundle (module docstring), then register its version.
 
     ``summarize(hardness_path, sample_path_or_None, tail_fits=tail_path_or_None) -> dict`` recomputes the registration
     summary (the api layer's); ``code_version`` is this rscale's, to tell whether the manifest's
-    statistical summary terms must match exactly. Returns (version, created).
+    statistical summary terms must match exactly; ``check_artifact(artifact_meta, {role: path})
+    -> (rows per role, summary)`` reads an artifact bundle's blobs as their roles (the api layer's,
+    by kind). Returns (version or artifact, created).
     """
     bundle = str(bundle)
     manifest = read_manifest(bundle)
@@ -272,6 +368,10 @@ def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_v
     ok = False
     try:
         files = _stream_members(bundle, manifest, staging)
+        if "artifact" in manifest:
+            out = _import_artifact(reg, manifest, files, bundle, check_artifact, code_version)
+            ok = True
+            return out
         rows = _read_as_declared(files, manifest, bundle)
         v = manifest["version"]
         try:
@@ -310,4 +410,4 @@ def _remove_created(created_dirs) -> None:
             pass
 
 
-__all__ = ["BUNDLE_VERSION", "export_bundle", "import_bundle", "member_name", "read_manifest"]
+__all__ = ["ARTIFACT_BUNDLE_VERSION", "BUNDLE_VERSION", "export_artifact_bundle", "export_bundle", "import_bundle", "member_name", "read_manifest"]

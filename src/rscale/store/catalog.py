@@ -1,11 +1,13 @@
 """The DuckDB catalog: what exists, made from what, under which names.
 
-Four tables: ``meta`` (catalog version), ``blobs`` (digest, kind, bytes, rows), ``versions``
+Five tables: ``meta`` (catalog version), ``blobs`` (digest, kind, bytes, rows), ``versions``
 (series key, version number, the digests of its hardness / tail fits / sample stats, lineage,
 parameters, code version, MLflow run id, summary JSON, and ``row_digest``, the sha256 of the
-row's canonical content, which ``rscale verify`` recomputes) and ``tags``. Catalog version 2
-added ``row_digest``; a version-1 catalog is read as it is and migrated (rows sealed) by the
-next write.
+row's canonical content, which ``rscale verify`` recomputes), ``tags`` and ``artifacts``
+(registered results of other kinds, such as per-backbone O2I benchmark results: artifacts.py).
+Catalog version 2 added ``row_digest``, version 3 ``artifacts``; an older catalog is read as it
+is and migrated (rows sealed, tables added) by the next write. A newer rscale's catalog is
+refused, so an older ``rscale gc`` never frees blobs only a newer table references.
 
 DuckDB lets one process hold the file for writing at a time: every connection retries with
 back-off while another process holds it, so writers queue up and none fails.
@@ -23,7 +25,7 @@ from pathlib import Path
 from rscale.errors import RegistryError
 from rscale.store.hashing import canonical_digest
 
-CATALOG_VERSION = 2
+CATALOG_VERSION = 3
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
@@ -41,6 +43,12 @@ CREATE TABLE IF NOT EXISTS tags (
     tag TEXT NOT NULL, version INTEGER NOT NULL,
     PRIMARY KEY (backbone, benchmark, source, estimator, tag));
 ALTER TABLE versions ADD COLUMN IF NOT EXISTS row_digest TEXT;
+CREATE TABLE IF NOT EXISTS artifacts (
+    kind TEXT NOT NULL, name TEXT NOT NULL, benchmark TEXT NOT NULL, version INTEGER NOT NULL,
+    content TEXT NOT NULL, blobs TEXT NOT NULL, lineage TEXT NOT NULL, inputs TEXT, params TEXT,
+    code_version TEXT, mlflow_run_id TEXT, summary TEXT, created TIMESTAMP DEFAULT current_timestamp,
+    row_digest TEXT NOT NULL,
+    PRIMARY KEY (kind, name, benchmark, version));
 """
 _COLS = ("v.backbone, v.benchmark, v.source, v.estimator, v.version, v.hardness, v.tail, v.sample, v.lineage, "
          "v.params, v.code_version, v.mlflow_run_id, v.summary, CAST(v.created AS VARCHAR)")

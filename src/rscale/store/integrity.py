@@ -2,7 +2,8 @@
 
 ``verify`` tells damage from harmless leftovers:
 
-- damage (``corrupt``, ``missing``, ``extra``): a referenced blob whose bytes do not hash to its
+- damage (``corrupt``, ``missing``, ``extra``): a referenced blob (of a hardness version or of an
+  artifact such as an O2I result) whose bytes do not hash to its
   name, that is not a regular file, or that is gone; a catalog row whose content no longer
   matches its row digest; a snapshot that disagrees with the catalog it is keyed to; a file in
   the blob folder that is neither a blob nor a leftover;
@@ -46,9 +47,12 @@ def referenced_digests(versions) -> set[str]:
 
 
 def verify(reg) -> dict:
+    from rscale.store.artifacts import read_artifacts
+
     versions = reg.catalog.read_versions()
+    artifacts = read_artifacts(reg.catalog)
     known = reg.catalog.blob_rows()
-    referenced = referenced_digests(versions)
+    referenced = referenced_digests(versions) | {str(d) for a in artifacts for d in a.blobs.values()}
     report = {"checked": [], "corrupt": [], "missing": [], "extra": [], "leftovers": [], "unsealed": []}
     for d in sorted(referenced):
         if not is_digest(d):                      # a damaged row: its row digest check names it too
@@ -71,6 +75,9 @@ def verify(reg) -> dict:
             report["unsealed"].append(f"{v.ref} [{'/'.join(v.series)}]")
         elif not v.sealed():
             report["corrupt"].append(f"catalog row {v.ref} [{'/'.join(v.series)}]")
+    for a in artifacts:
+        if not a.sealed():
+            report["corrupt"].append(f"catalog row {a.ref} [{'/'.join(a.series)}]")
     from rscale.store.catalog_cache import content_key
     snap = reg.cache.read_snapshot(content_key(reg.catalog))
     if snap is not None and snap != versions:
@@ -135,8 +142,10 @@ def gc(reg, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = True, clock=tim
     if not reg.exists():
         raise RegistryError(f"no registry at {reg.root} (no catalog.duckdb): nothing to collect")
     out = {"freed": [], "kept": [], "bytes": 0, "dry_run": dry_run}
+    from rscale.store.artifacts import artifact_digests
+
     with reg.catalog.connect(write=True) as con:
-        referenced = set()
+        referenced = artifact_digests(con)
         for h, t, s in con.execute("SELECT hardness, tail, sample FROM versions").fetchall():
             referenced.update(d for d in (h, t, s) if d)
         now = clock()

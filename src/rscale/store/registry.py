@@ -5,7 +5,8 @@ Layout of a registry folder::
     catalog.duckdb                      what exists, made from what, under which names (catalog.py)
     catalog.snapshot.json               derived copy of the catalog for cold readers (catalog_cache.py)
     blobs/sha256/<2 hex>/<64 hex>.parquet   immutable, read-only artifacts (sample stats, hardness,
-                                        tail fits), named by the sha256 of their bytes (blobs.py)
+                                        tail fits, O2I result tables), named by the sha256 of their
+                                        bytes (blobs.py)
 
 A *series* is one backbone x benchmark x distractor source x estimator; each registration adds a
 version v1, v2, ... to its series, unless the same hardness bytes are already a version of it (then
@@ -18,6 +19,9 @@ still there. A registration that fails or is killed leaves at most unreferenced 
 which nothing reads and ``rscale gc`` frees; it never deletes a blob, since a concurrent
 registration of the same content may have found it present and be about to reference it.
 Reading checks every blob against its digest before it is decoded (blobs.py).
+
+Results of other kinds (per-backbone O2I benchmark results) are *artifacts* (artifacts.py): their
+own catalog table and series, the same blobs, registration protocol, row digests, verify and gc.
 
 This module keeps ``Registry``, the one object callers use; the concepts live in hashing.py,
 atomic.py, blobs.py, catalog.py, catalog_cache.py, resolution.py and integrity.py.
@@ -34,6 +38,7 @@ import numpy as np
 
 from rscale.errors import FormatError, RegistryError
 from rscale.store.blobs import BlobStore, clear_verified_cache
+from rscale.store.artifacts import Artifact, add_artifact, read_artifacts, resolve_artifact
 from rscale.store.catalog import CATALOG_VERSION, Catalog, Version
 from rscale.store.catalog_cache import SNAPSHOT_FORMAT, CatalogCache, clear_memory
 from rscale.store.hashing import canonical_digest, sha256_file
@@ -131,20 +136,33 @@ class Registry:
                  code_version: str = "", mlflow_run_id: str | None = None, summary: dict | None = None,
                  blob_rows: dict | None = None) -> tuple[Version, bool]:
         """Add a version (or find the identical one). Returns (version, created)."""
-        self.init()
         files = {"hardness": hardness_file, "tail": tail_file, "sample": sample_file}
         key = (backbone, benchmark, source, estimator)
+
+        def commit(digests, sizes, before_commit):
+            lineage = canonical_digest({"inputs": {"sample": digests.get("sample")}, "estimator": estimator,
+                                        "params": params or {}, "code_version": code_version})
+            return self.catalog.add_version(
+                key, digests, sizes, blob_rows or {}, lineage=lineage, params=params, code_version=code_version,
+                mlflow_run_id=mlflow_run_id, summary=summary, before_commit=before_commit)
+
+        number, created = self._store_and_commit(files, commit)
+        return self.get(backbone, f"v{number}", benchmark, source, estimator), created
+
+    def _store_and_commit(self, files: dict, commit):
+        """Put every file of ``files`` (role -> path or None) into the blob store, then run
+        ``commit(digests, sizes, before_commit)`` (one catalog transaction), whose
+        ``before_commit`` re-checks under the write lock that the blobs are still there; a gc
+        that took one in between makes it put them again (three tries)."""
+        self.init()
         for _attempt in range(3):
             try:
-                digests = {kind: self.blobs.put(f)[0] for kind, f in files.items() if f}
-                sizes = {kind: self.blobs.path(d).stat().st_size for kind, d in digests.items()}
+                digests = {role: self.blobs.put(f)[0] for role, f in files.items() if f}
+                sizes = {role: self.blobs.path(d).stat().st_size for role, d in digests.items()}
             except FileNotFoundError as exc:
                 if any(exc.filename == str(f) for f in files.values() if f):
                     raise                                             # an input file is missing
                 continue                                              # a gc took a blob or its folder
-
-            lineage = canonical_digest({"inputs": {"sample": digests.get("sample")}, "estimator": estimator,
-                                        "params": params or {}, "code_version": code_version})
 
             def blobs_still_there(con, digests=digests, sizes=sizes):
                 # under the write lock: a gc that ran since our put may have removed a blob we found
@@ -153,14 +171,49 @@ class Registry:
                     raise _BlobsGone(gone)
 
             try:
-                number, created = self.catalog.add_version(
-                    key, digests, sizes, blob_rows or {}, lineage=lineage, params=params, code_version=code_version,
-                    mlflow_run_id=mlflow_run_id, summary=summary, before_commit=blobs_still_there)
+                return commit(digests, sizes, blobs_still_there)
             except _BlobsGone:
                 continue                                          # put them again, then retry the commit
-            return self.get(backbone, f"v{number}", benchmark, source, estimator), created
         raise RegistryError(f"the blobs of this registration keep disappearing from {self.blob_dir} "
                             "(is 'rscale gc --grace 0' running in a loop?); try again")
+
+    # -- other artifact kinds (artifacts.py: per-backbone O2I results) ----------------------
+    def register_artifact(self, *, kind: str, name: str, benchmark: str, files: dict, inputs: dict,
+                          params: dict | None = None, code_version: str = "", mlflow_run_id: str | None = None,
+                          summary: dict | None = None, rows: dict | None = None) -> tuple[Artifact, bool]:
+        """Store an artifact's blobs (role -> file) and add its catalog row, or find the one with
+        the same content in its series. Returns (artifact, created)."""
+        key = (kind, name, benchmark)
+
+        def commit(digests, sizes, before_commit):
+            return add_artifact(self.catalog, key, digests, sizes, rows or {}, inputs=inputs, params=params,
+                                code_version=code_version, mlflow_run_id=mlflow_run_id, summary=summary,
+                                before_commit=before_commit)
+
+        number, created = self._store_and_commit(files, commit)
+        return self.artifact(kind, name, f"v{number}", benchmark), created
+
+    def artifacts(self, kind: str | None = None) -> list[Artifact]:
+        """Every artifact row of ``kind`` (all kinds: None), each checked against its row digest."""
+        if not self.exists():
+            raise RegistryError(f"no registry at {self.root} (no catalog.duckdb). Create one with 'rscale register "
+                                "...' or 'rscale o2i register ...'")
+        return [self._checked_artifact(a) for a in read_artifacts(self.catalog) if kind is None or a.kind == kind]
+
+    def artifact(self, kind: str, name: str, version: str | None = None, benchmark: str | None = None) -> Artifact:
+        return resolve_artifact(self.artifacts(kind), kind, name, version, benchmark)
+
+    def artifact_blob(self, a: Artifact, role: str) -> Path:
+        """The path of one of an artifact's blobs, checked against its digest (once per file identity)."""
+        if role not in a.blobs:
+            raise RegistryError(f"{a.ref} has no {role!r} blob (has: {', '.join(sorted(a.blobs))})")
+        return self.existing_blob(a.blobs[role], f"{role} of {a.ref}", a.sizes.get(role))
+
+    def _checked_artifact(self, a: Artifact) -> Artifact:
+        if not a.sealed():
+            raise RegistryError(f"the catalog row of {a.ref} [{'/'.join(a.series)}] does not match its row digest "
+                                f"(edited or damaged): run 'rscale verify' and restore {self.catalog.path.name}")
+        return a
 
     def tag(self, version: Version, tag: str) -> None:
         if tag == "latest" or tag.startswith("v") and tag[1:].isdigit():
