@@ -158,3 +158,33 @@ def test_curve_starts_at_its_measured_points_and_draws_the_reported_interval(tmp
     direct = api.predict(h, ["mAP@1000"], sizes=[1e8], bootstrap=200)[0]
     assert (band["ci_low"][-1], band["ci_high"][-1]) == pytest.approx((direct["ci_low"], direct["ci_high"]))
     assert band["ci_low"][-1] < band["value"][-1] < band["ci_high"][-1]
+
+
+def test_a_writer_killed_while_creating_the_catalog_leaves_no_tableless_catalog(tmp_path, monkeypatch):
+    """Regression: the first registration into a new registry opened catalog.duckdb in place and
+    then ran its DDL; killed in between (tests/test_o2i_registry.py's kill harness hit it), it left
+    a catalog.duckdb without tables that every later command refused as "not an rscale catalog".
+    The catalog is now built under a temporary name and linked into place whole."""
+    import duckdb
+
+    from rscale.store import catalog as catalog_mod
+
+    path = tmp_path / "reg" / "catalog.duckdb"
+    real_connect = duckdb.connect
+
+    def dying_connect(target, *a, **kw):          # the writer "dies" right after the file appears
+        con = real_connect(target, *a, **kw)
+        if not kw.get("read_only") and not hasattr(dying_connect, "done"):
+            dying_connect.done = True
+            con.close()
+            raise KeyboardInterrupt("killed")
+        return con
+
+    monkeypatch.setattr(duckdb, "connect", dying_connect)
+    with pytest.raises(KeyboardInterrupt):
+        catalog_mod.Catalog(path).init()
+    monkeypatch.setattr(duckdb, "connect", real_connect)
+    assert not path.exists()                      # nothing half-made under the real name ...
+    assert not [p for p in path.parent.iterdir() if not p.name.startswith(".")]
+    catalog_mod.Catalog(path).init()              # ... and the next writer creates it normally
+    assert catalog_mod.Catalog(path).read_versions() == []

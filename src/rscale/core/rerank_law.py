@@ -274,7 +274,8 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
     ``points`` slice sizes i (geometric in i; slices of at most ``min_exceedances`` use counts)
     and made non-decreasing in w. ``shape``: ``own`` (each query's fitted shape, the default),
     ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0)."""
-    from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi, gpd_logsf
+    from rscale.core.gpd import gpd_logsf
+    from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi
     if shape not in ("own", "shared", "exponential"):
         raise InvalidArgumentError(f"shape must be own, shared or exponential, got {shape!r}")
     top = np.atleast_2d(np.asarray(top_rerank, np.float64))

@@ -164,6 +164,8 @@ class Catalog:
 
     def init(self) -> None:
         """Create the tables, or migrate an older catalog (seal its rows with their digests)."""
+        if not self.path.exists():
+            self._create()
         with self.connect(write=True) as con:
             con.execute(_DDL)
             con.execute("INSERT INTO meta VALUES ('catalog_version', ?) ON CONFLICT DO NOTHING",
@@ -177,6 +179,35 @@ class Catalog:
                                     [v.content_digest(), *v.series, v.version])
                 con.execute("UPDATE meta SET value = ? WHERE key = 'catalog_version'", [str(CATALOG_VERSION)])
                 con.execute("COMMIT")
+
+    def _create(self) -> None:
+        """A new catalog is built under a temporary name and linked into place whole: a writer
+        killed while creating it leaves a stray temporary file (gc's to free), never a
+        catalog.duckdb without its tables. Two creators race harmlessly: the first link wins."""
+        import os
+
+        import duckdb
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        from rscale.store.atomic import temp_path
+
+        tmp = temp_path(self.path)
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute(_DDL)
+                con.execute("INSERT INTO meta VALUES ('catalog_version', ?) ON CONFLICT DO NOTHING",
+                            [str(CATALOG_VERSION)])
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass                              # another writer created it first
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
 
     # -- reading ---------------------------------------------------------------------------
     def read_versions(self) -> list[Version]:
