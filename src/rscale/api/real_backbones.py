@@ -110,22 +110,17 @@ def load_real_backbone(config, name: str) -> RealBackbone:
         p = Path(str(value))
         return p if p.is_absolute() else base / p
 
-    pooling = str(b.get("pooling", "cls"))
-    if pooling not in POOLINGS:
-        raise FormatError(f"{_where(name)}.backbone.pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}",
-                          path=str(config))
-    preprocessing = str(b.get("preprocessing", "auto"))
-    if preprocessing not in PREPROCESSINGS:
-        raise FormatError(f"{_where(name)}.backbone.preprocessing must be one of {', '.join(PREPROCESSINGS)}, "
-                          f"got {preprocessing!r}", path=str(config))
-    layout = str(im.get("layout", "ilias"))
-    if layout not in LAYOUTS:
-        raise FormatError(f"{_where(name)}.images.layout must be one of {', '.join(LAYOUTS)}, got {layout!r}",
-                          path=str(config))
-    intervention = str(q.get("intervention", "none"))
-    if intervention not in INTERVENTIONS:
-        raise FormatError(f"{_where(name)}.queries.intervention must be one of {', '.join(INTERVENTIONS)}, "
-                          f"got {intervention!r}", path=str(config))
+    def choice(group, key, value, options):
+        value = str(value)
+        if value not in options:
+            raise FormatError(f"{_where(name)}.{group}.{key} must be one of {', '.join(options)}, got {value!r}",
+                              path=str(config))
+        return value
+
+    pooling = choice("backbone", "pooling", b.get("pooling", "cls"), POOLINGS)
+    preprocessing = choice("backbone", "preprocessing", b.get("preprocessing", "auto"), PREPROCESSINGS)
+    layout = choice("images", "layout", im.get("layout", "ilias"), LAYOUTS)
+    intervention = choice("queries", "intervention", q.get("intervention", "none"), INTERVENTIONS)
     crop = q.get("crop", False)
     if not isinstance(crop, bool):
         raise FormatError(f"{_where(name)}.queries.crop must be true or false, got {crop!r}", path=str(config))
