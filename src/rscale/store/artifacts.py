@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from rscale.errors import NotFoundError
+from rscale.store.catalog import insert_blobs
 from rscale.store.hashing import canonical_digest
 
 ARTIFACT_KINDS = ("o2i",)
@@ -141,34 +142,24 @@ def add_artifact(catalog, key, blobs: dict, sizes: dict, rows: dict, *, inputs: 
     content = content_of(blobs)
     inputs, params, summary = _plain(inputs), _plain(params), _plain(summary)
     lineage = canonical_digest(inputs)
-    with catalog.connect(write=True) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for role, d in sorted(blobs.items()):
-                con.execute("INSERT INTO blobs (digest, kind, bytes, rows) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                            [d, blob_kind(kind, role), sizes[role], rows.get(role)])
-            same = con.execute("SELECT version FROM artifacts WHERE kind=? AND name=? AND benchmark=? AND content=?",
-                               [*key, content]).fetchone()
-            created = same is None
-            if created:
-                nxt = int(con.execute("SELECT coalesce(max(version), 0) + 1 FROM artifacts WHERE kind=? AND name=? "
-                                      "AND benchmark=?", list(key)).fetchone()[0])
-                rd = artifact_row_digest(key, nxt, content, blobs, lineage, inputs, params, code_version,
-                                         mlflow_run_id, summary)
-                con.execute("INSERT INTO artifacts (kind, name, benchmark, version, content, blobs, lineage, inputs, "
-                            "params, code_version, mlflow_run_id, summary, row_digest) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                            [*key, nxt, content, json.dumps(dict(blobs), sort_keys=True), lineage,
-                             json.dumps(inputs, sort_keys=True), json.dumps(params, sort_keys=True), code_version,
-                             mlflow_run_id, json.dumps(summary, sort_keys=True), rd])
-            else:
-                nxt = int(same[0])
-            if before_commit is not None:
-                before_commit(con)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+    with catalog.transaction(before_commit) as con:
+        insert_blobs(con, [(d, blob_kind(kind, role), sizes[role], rows.get(role)) for role, d in sorted(blobs.items())])
+        same = con.execute("SELECT version FROM artifacts WHERE kind=? AND name=? AND benchmark=? AND content=?",
+                           [*key, content]).fetchone()
+        created = same is None
+        if created:
+            nxt = int(con.execute("SELECT coalesce(max(version), 0) + 1 FROM artifacts WHERE kind=? AND name=? "
+                                  "AND benchmark=?", list(key)).fetchone()[0])
+            rd = artifact_row_digest(key, nxt, content, blobs, lineage, inputs, params, code_version,
+                                     mlflow_run_id, summary)
+            con.execute("INSERT INTO artifacts (kind, name, benchmark, version, content, blobs, lineage, inputs, "
+                        "params, code_version, mlflow_run_id, summary, row_digest) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        [*key, nxt, content, json.dumps(dict(blobs), sort_keys=True), lineage,
+                         json.dumps(inputs, sort_keys=True), json.dumps(params, sort_keys=True), code_version,
+                         mlflow_run_id, json.dumps(summary, sort_keys=True), rd])
+        else:
+            nxt = int(same[0])
     return nxt, created
 
 

@@ -108,6 +108,13 @@ def _json_object(text) -> dict:
     return value if isinstance(value, dict) else {"unreadable": text}
 
 
+def insert_blobs(con, entries) -> None:
+    """Record blobs (digest, kind, bytes, rows) in the catalog's blob table; known ones are kept."""
+    for digest, kind, size, rows in entries:
+        con.execute("INSERT INTO blobs (digest, kind, bytes, rows) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    [digest, kind, size, rows])
+
+
 class Catalog:
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -161,6 +168,21 @@ class Catalog:
         if v > CATALOG_VERSION:
             raise RegistryError(f"{self.path} was written by a newer rscale (catalog version {v}); upgrade rscale")
         return v
+
+    @contextmanager
+    def transaction(self, before_commit=None):
+        """One write transaction: BEGIN, the body, ``before_commit(con)`` under the write lock
+        (a registration's check that its blobs are still there), COMMIT; ROLLBACK on any error."""
+        with self.connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+                if before_commit is not None:
+                    before_commit(con)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
 
     def init(self) -> None:
         """Create the tables, or migrate an older catalog (seal its rows with their digests)."""
@@ -248,39 +270,29 @@ class Catalog:
         ``before_commit(con)`` runs under the write lock just before COMMIT (the registration's
         check that its blobs are still there). Returns (version number, created).
         """
-        with self.connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for kind, d in digests.items():
-                    con.execute("INSERT INTO blobs (digest, kind, bytes, rows) VALUES (?, ?, ?, ?) "
-                                "ON CONFLICT DO NOTHING", [d, kind, sizes[kind], rows.get(kind)])
-                same = con.execute(
-                    "SELECT version FROM versions WHERE backbone=? AND benchmark=? AND source=? AND estimator=? "
-                    "AND hardness=?", [*key, digests["hardness"]]).fetchone()
-                created = same is None
-                if created:
-                    nxt = con.execute(
-                        "SELECT coalesce(max(version), 0) + 1 FROM versions WHERE backbone=? AND benchmark=? "
-                        "AND source=? AND estimator=?", list(key)).fetchone()[0]
-                    params_json = json.loads(json.dumps(params or {}, sort_keys=True, default=str))
-                    summary_json = json.loads(json.dumps(summary or {}, sort_keys=True, default=str))
-                    rd = row_digest(key, nxt, digests, lineage, params_json, code_version, mlflow_run_id,
-                                    summary_json)
-                    con.execute(
-                        "INSERT INTO versions (backbone, benchmark, source, estimator, version, hardness, tail, "
-                        "sample, lineage, params, code_version, mlflow_run_id, summary, row_digest) "
-                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        [*key, nxt, digests["hardness"], digests.get("tail"), digests.get("sample"), lineage,
-                         json.dumps(params_json, sort_keys=True), code_version, mlflow_run_id,
-                         json.dumps(summary_json, sort_keys=True), rd])
-                else:
-                    nxt = int(same[0])
-                if before_commit is not None:
-                    before_commit(con)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self.transaction(before_commit) as con:
+            insert_blobs(con, [(d, kind, sizes[kind], rows.get(kind)) for kind, d in digests.items()])
+            same = con.execute(
+                "SELECT version FROM versions WHERE backbone=? AND benchmark=? AND source=? AND estimator=? "
+                "AND hardness=?", [*key, digests["hardness"]]).fetchone()
+            created = same is None
+            if created:
+                nxt = con.execute(
+                    "SELECT coalesce(max(version), 0) + 1 FROM versions WHERE backbone=? AND benchmark=? "
+                    "AND source=? AND estimator=?", list(key)).fetchone()[0]
+                params_json = json.loads(json.dumps(params or {}, sort_keys=True, default=str))
+                summary_json = json.loads(json.dumps(summary or {}, sort_keys=True, default=str))
+                rd = row_digest(key, nxt, digests, lineage, params_json, code_version, mlflow_run_id,
+                                summary_json)
+                con.execute(
+                    "INSERT INTO versions (backbone, benchmark, source, estimator, version, hardness, tail, "
+                    "sample, lineage, params, code_version, mlflow_run_id, summary, row_digest) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [*key, nxt, digests["hardness"], digests.get("tail"), digests.get("sample"), lineage,
+                     json.dumps(params_json, sort_keys=True), code_version, mlflow_run_id,
+                     json.dumps(summary_json, sort_keys=True), rd])
+            else:
+                nxt = int(same[0])
         return int(nxt), created
 
     def set_tag(self, series, tag: str, version: int) -> None:
