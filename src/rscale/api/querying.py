@@ -127,6 +127,7 @@ def reranked_answers(reg, v, est, *, cells, depth: int, mode=None, ci_kind: str 
     from rscale.core.prediction import resolve_mode
     from rscale.core.rerank_replicates import reranked_intervals, supported_depth
     from rscale.errors import InvalidArgumentError
+    from rscale.query.grammar import format_size
 
     name = label or v.ref
     stored = reg.read_reranked(v)
@@ -146,11 +147,11 @@ def reranked_answers(reg, v, est, *, cells, depth: int, mode=None, ci_kind: str 
         if most < depth:
             reach = min(float(s.reach.min()) for s in inp.sets)
             raise InvalidArgumentError(
-                f"{name}: reranked@{depth} at N={n:g} needs the rerank scores of the sample's top {depth / n:.3g} of "
+                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top {depth / n:.3g} of "
                 f"the first-stage law, the stored ones reach {reach:.3g} (halves included): ask for reranked@{most} "
                 f"or less at this N, or N >= {depth / reach:.3g}, or register a sample with more reranked candidates"
                 if most >= 1 else
-                f"{name}: reranked@{depth} at N={n:g} needs the rerank scores of the sample's top {depth / n:.3g} of "
+                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top {depth / n:.3g} of "
                 f"the first-stage law, the stored ones reach {reach:.3g} (halves included): ask for N >= "
                 f"{depth / reach:.3g}, or register a sample with more reranked candidates")
     reps = est.replicates if inp.halves else None

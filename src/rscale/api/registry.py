@@ -60,7 +60,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     ``... on NAME``, a tag from ``... for x@NAME``.
     """
     from rscale.errors import InvalidArgumentError, QuerySyntaxError
-    from rscale.query.grammar import KEYWORDS, MODES, BackboneRef, parse
+    from rscale.query.grammar import KEYWORDS, MODES, RERANKED, BackboneRef, parse
 
     def nameable(text: str) -> bool:
         if not text or text != text.strip() or any(c in text for c in GLOB_CHARS):
@@ -85,7 +85,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     raise InvalidArgumentError(
         f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
         f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
-        f"({', '.join(KEYWORDS + MODES)})")
+        f"({', '.join(KEYWORDS + MODES + (RERANKED,))})")
 
 
 def register(hardness, sample_stats=None, *, registry=None, backbone=None, benchmark=None, source=None,
