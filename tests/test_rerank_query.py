@@ -213,3 +213,20 @@ def test_reranked_interval_against_the_exact_truth_on_the_simulator(tmp_path, mo
         halves.append((row["ci_high"] - row["ci_low"]) / 2)
     assert hits >= 2, (hits, values, truth)
     assert abs(np.mean(values) - truth) < np.mean(halves), (values, truth, halves)
+
+
+def test_half_samples_carry_the_rerank_scores_of_their_kept_candidates(reg):
+    """split_halves keeps each kept candidate's rerank score with it (checked by score lookup), cut to
+    the smallest number of reranked candidates any query keeps; the positives keep theirs."""
+    from rscale.core.subsample import split_halves
+    ss = reg["rr"]["ss"]
+    lookup = [dict(zip(ss.top_scores[q, :TOP], ss.top_rerank[q])) for q in range(ss.n_queries)]
+    a, b = split_halves(ss, seed=5)
+    for half in (a, b):
+        r = half.top_rerank.shape[1]
+        assert TOP // 2 - 60 < r < TOP // 2 and r <= half.k
+        for q in range(ss.n_queries):
+            assert [lookup[q][s] for s in half.top_scores[q, :r]] == list(half.top_rerank[q])
+        assert np.array_equal(half.pos_rerank, ss.pos_rerank)
+    kept = {s for q in range(3) for s in a.top_scores[q]} & {s for q in range(3) for s in b.top_scores[q]}
+    assert not kept                                               # disjoint halves
