@@ -230,3 +230,21 @@ def test_half_samples_carry_the_rerank_scores_of_their_kept_candidates(reg):
         assert np.array_equal(half.pos_rerank, ss.pos_rerank)
     kept = {s for q in range(3) for s in a.top_scores[q]} & {s for q in range(3) for s in b.top_scores[q]}
     assert not kept                                               # disjoint halves
+
+
+def test_the_same_hardness_with_rerank_data_is_a_new_version(reg, tmp_path):
+    """A version's content is its hardness and its reranked input: the same hardness registered from
+    schema-1, then schema-2 sample stats gives v1 (no rerank data) and v2 (with); again is a no-op."""
+    from dataclasses import replace
+    ss1 = replace(reg["rr"]["ss"], top_rerank=None, pos_rerank=None)
+    write_sample_stats(ss1, tmp_path / "ss1.parquet")
+    path = tmp_path / "registry"
+    first = api.register(reg["rr"]["hardness"], tmp_path / "ss1.parquet", registry=path)
+    second = api.register(reg["rr"]["hardness"], reg["rr"]["sample"], registry=path)
+    again = api.register(reg["rr"]["hardness"], reg["rr"]["sample"], registry=path)
+    assert (first["ref"], first["created"], "reranked" in first) == ("sim_rr@v1", True, False)
+    assert (second["ref"], second["created"], "reranked" in second) == ("sim_rr@v2", True, True)
+    assert (again["ref"], again["created"]) == ("sim_rr@v2", False)
+    with pytest.raises(Exception, match="sim_rr has no rerank data"):
+        api.query("mAP@1000 at N=1e5 for sim_rr@v1 reranked@1000", registry=path)
+    assert api.query("mAP@1000 at N=1e5 for sim_rr@v2 reranked@1000", registry=path)["rows"][0]["reranked"] == 1000
