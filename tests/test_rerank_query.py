@@ -248,3 +248,16 @@ def test_the_same_hardness_with_rerank_data_is_a_new_version(reg, tmp_path):
     with pytest.raises(Exception, match="sim_rr has no rerank data"):
         api.query("mAP@1000 at N=1e5 for sim_rr@v1 reranked@1000", registry=path)
     assert api.query("mAP@1000 at N=1e5 for sim_rr@v2 reranked@1000", registry=path)["rows"][0]["reranked"] == 1000
+
+
+def test_a_bundle_brings_the_reranked_answers_along(reg, tmp_path):
+    """Export carries the hardness and sample blobs; import rebuilds the reranked input from them
+    (after checking them by content), so the imported version answers reranked@K' the same."""
+    api.export("sim_rr", tmp_path / "b.tar", registry=reg["path"])
+    out, created = api.import_(tmp_path / "b.tar", registry=tmp_path / "theirs")
+    assert created and out.rerank
+    text = "mAP@1000, R@1 at N=4e4 for sim_rr reranked@1000"
+    mine = api.query(text, registry=reg["path"])["rows"]
+    theirs = api.query(text, registry=tmp_path / "theirs")["rows"]
+    assert [(r["value"], r["ci_low"], r["ci_high"]) for r in theirs] == [(r["value"], r["ci_low"], r["ci_high"])
+                                                                         for r in mine]

@@ -189,7 +189,19 @@ def import_(bundle, registry=None):
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
     return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
-                         code_version=code_version(), check_artifact=check_bundle_blobs)
+                         code_version=code_version(), check_artifact=check_bundle_blobs,
+                         reranked_input=_reranked_input_of)
+
+
+def _reranked_input_of(hardness, sample, out):
+    """The reranked input of verified hardness and sample files, or None when the sample has no
+    rerank scores (:func:`rscale.api.rerank.write_reranked_input_for`)."""
+    from rscale.store.sample_stats_file import read_sample_stats
+    ss = read_sample_stats(sample)
+    if not ss.has_rerank:
+        return None
+    from rscale.api.rerank import write_reranked_input_for
+    return write_reranked_input_for(hardness, ss, out)
 
 
 def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
