@@ -261,3 +261,17 @@ def test_a_bundle_brings_the_reranked_answers_along(reg, tmp_path):
     theirs = api.query(text, registry=tmp_path / "theirs")["rows"]
     assert [(r["value"], r["ci_low"], r["ci_high"]) for r in theirs] == [(r["value"], r["ci_low"], r["ci_high"])
                                                                          for r in mine]
+
+
+def test_a_reranked_plugin_query_loads_neither_pandas_nor_scipy(reg):
+    """The stored input is read without pyarrow.dataset (which imports pandas, ~1 s) and the plug-in
+    law needs no scipy: a cold reranked mAP query stays on the light query path."""
+    import subprocess
+    import sys
+    code = ("import sys; from rscale import api; "
+            f"api.query('mAP@1000 at N=4e4 for sim_rr reranked@1000', registry={reg['path']!r}); "
+            "print(sorted(m for m in ('pandas', 'scipy', 'pyarrow.dataset', 'torch') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(api.__file__).parents[2])]
+                                                      + sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -104,7 +104,7 @@ def read_reranked_input(path) -> tuple[RerankedInput, dict]:
     if not os.path.isfile(path):
         raise FormatError("file not found", path=path)
     try:
-        table = pq.read_table(path)
+        table = pq.ParquetFile(path).read()       # not read_table: pyarrow.dataset pulls in pandas (~1 s)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise FormatError(f"not a readable Parquet file ({type(exc).__name__})", path=path) from None
     md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
