@@ -47,7 +47,7 @@ def main():
     api.estimate(work / "ss.parquet", out=work / "h.parquet")
     t1 = time.perf_counter()
     path, _ = write_reranked_input_for(work / "h.parquet", read_sample_stats(work / "ss.parquet"),
-                                       work / "reranked.parquet")
+                                       out=work / "reranked.parquet")
     t2 = time.perf_counter()
     api.register(work / "h.parquet", work / "ss.parquet", registry=work / "registry")
     t3 = time.perf_counter()

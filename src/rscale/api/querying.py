@@ -47,7 +47,7 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
             answers = reported_intervals(est, cells=cells, mode=q.mode, ci_kind=ci_kind, bootstrap=bootstrap,
                                          seed=seed, level=level)
         else:
-            answers = reranked_answers(reg, v, est, cells=cells, depth=q.rerank_depth, mode=q.mode, ci_kind=ci_kind,
+            answers = reranked_answers(reg, v, est=est, cells=cells, depth=q.rerank_depth, mode=q.mode, ci_kind=ci_kind,
                                        bootstrap=bootstrap, seed=seed, level=level, label=label[_key(v)])
         if est.replicates is None and (ci_kind == "benchmark" or bootstrap):
             warnings.append(f"{label[_key(v)]}: its hardness has no replicates (a version-1 file or a sample too small "
@@ -116,7 +116,7 @@ def _known_estimator(estimator: str, catalog) -> None:
         from rscale.errors import QuerySyntaxError
         raise QuerySyntaxError(f"unknown estimator {estimator!r} in 'using {estimator}' (estimators: "
                                f"{', '.join(HARDNESS_METHODS)}; in this registry: {', '.join(present) or 'none'})")
-def reranked_answers(reg, v, est, *, cells, depth: int, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000,
+def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000,
                      seed: int = 0, level: float = 0.95, label: str | None = None):
     """(per-query values, low, high) of each (measure, N) cell of one version after reranking its
     first-stage top ``depth`` (K'): :func:`rscale.core.rerank_replicates.reranked_intervals` on the
@@ -141,19 +141,17 @@ def reranked_answers(reg, v, est, *, cells, depth: int, mode=None, ci_kind: str 
         if m.k is None or m.k > depth:
             raise InvalidArgumentError(
                 f"{m} cannot be answered after reranking the top {depth}: a reranked measure needs a cut-off "
-                f"k <= K'={depth} (write e.g. {m.name}@{min(m.k or depth, depth)} or reranked@{m.k or 1000})")
+                f"k <= K'={depth} (write e.g. {m.name}@{min(m.k or depth, depth)}"
+                + (f" or reranked@{m.k})" if m.k else ")"))
     for n in sorted({n for _m, n in cells}):
         most = supported_depth(inp, n)
         if most < depth:
             reach = min(float(s.reach.min()) for s in inp.sets)
+            fix = f"ask for reranked@{most} or less at this N, or N >= " if most >= 1 else "ask for N >= "
             raise InvalidArgumentError(
-                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top {depth / n:.3g} of "
-                f"the first-stage law, the stored ones reach {reach:.3g} (halves included): ask for reranked@{most} "
-                f"or less at this N, or N >= {depth / reach:.3g}, or register a sample with more reranked candidates"
-                if most >= 1 else
-                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top {depth / n:.3g} of "
-                f"the first-stage law, the stored ones reach {reach:.3g} (halves included): ask for N >= "
-                f"{depth / reach:.3g}, or register a sample with more reranked candidates")
+                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top "
+                f"{depth / n:.3g} of the first-stage law, the stored ones reach {reach:.3g} (halves included): "
+                f"{fix}{depth / reach:.3g}, or register a sample with more reranked candidates")
     reps = est.replicates if inp.halves else None
     return reranked_intervals(inp, est.x, reps,
                               [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode)) for m, n in cells],

@@ -119,7 +119,7 @@ def register(hardness, sample_stats=None, *, registry=None, backbone=None, bench
         rerank_file = None
         if ss is not None and ss.has_rerank:
             from rscale.api.rerank import write_reranked_input_for
-            rerank_file, summary["rerank"] = write_reranked_input_for(hardness, ss, Path(tmp) / "reranked.parquet")
+            rerank_file, summary["rerank"] = write_reranked_input_for(hardness, ss, out=Path(tmp) / "reranked.parquet")
         version, created = reg.register(
             backbone=backbone,
             benchmark=benchmark,
@@ -201,7 +201,7 @@ def _reranked_input_of(hardness, sample, out):
     if not ss.has_rerank:
         return None
     from rscale.api.rerank import write_reranked_input_for
-    return write_reranked_input_for(hardness, ss, out)
+    return write_reranked_input_for(hardness, ss, out=out)
 
 
 def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:

@@ -133,7 +133,7 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, metho
     return rows
 
 
-def write_reranked_input_for(hardness, ss, out) -> tuple:
+def write_reranked_input_for(hardness, ss, *, out) -> tuple:
     """Write the reranked-law input of a version (:mod:`rscale.store.reranked_input_file`) from its
     hardness file and the sample stats it was estimated from, when they carry rerank scores:
     the sample's joint tails, and those of the half-samples the hardness replicates were made on
