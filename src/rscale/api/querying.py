@@ -116,6 +116,8 @@ def _known_estimator(estimator: str, catalog) -> None:
         from rscale.errors import QuerySyntaxError
         raise QuerySyntaxError(f"unknown estimator {estimator!r} in 'using {estimator}' (estimators: "
                                f"{', '.join(HARDNESS_METHODS)}; in this registry: {', '.join(present) or 'none'})")
+
+
 def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000,
                      seed: int = 0, level: float = 0.95, label: str | None = None):
     """(per-query values, low, high) of each (measure, N) cell of one version after reranking its
