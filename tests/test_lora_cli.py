@@ -369,16 +369,16 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     env["PYTHONPATH"] = str(repo / "src")                        # the clone's code, as DVC's stages run it
     base = save(repo, "vit")                                     # repo/vit-0, tiny random ViT
     draw_images(repo, n=6)                                       # repo/images-0: the training images
-    images(repo / "data", instances=6, positives=2, distractors=40)
+    images(repo / "data", instances=6, positives=2, distractors=120)
     name, entry = commented_lora_entry()
     entry["backbone"].update({"pooling": "cls", "preprocessing": "resize", "resolution": 32, "batch_size": 16})
     entry["images"].update({"root": "data/ilias", "distractors": "data/distractors"})
-    entry["score"].update({"fraction": 0.5, "k": 20})
+    entry["score"].update({"fraction": 0.5, "k": 40})
     params_file = repo / "params.yaml"
     params = yaml.safe_load(params_file.read_text())
     params["lora"].update({**TINY, "base": "vit-0", "data": "images-0"})
     params["real_backbones"] = {"tiny_lora": entry}
-    params["estimate"]["evt"]["k_top"] = 20
+    params["estimate"]["evt"]["k_top"] = 40
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     dvc, rscale = [sys.executable, "-m", "dvc"], [sys.executable, "-m", "rscale.cli"]
 
