@@ -99,7 +99,7 @@ def test_the_same_training_gives_the_same_digests_in_any_process(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["targets", "rank", "no_weights", "unreadable", "other_base", "unknown_key",
-                                  "no_data", "out_is_file", "unreadable_before_converting"])
+                                  "no_data", "out_is_file", "unreadable_before_converting", "precision"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
     base, imgs = save(tmp_path, "vit"), draw_images(tmp_path, n=4)
     argv = ["train-lora", "--config", str(config(tmp_path)), "--base", str(base), "--data", str(imgs),
@@ -110,7 +110,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
             "other_base": "was trained from base weights sha256:.*this base model is sha256:",
             "unknown_key": r"unknown lora parameter\(s\) \['ranks'\]",
             "no_data": "no training data", "out_is_file": "is a file",
-            "unreadable_before_converting": "1 of 5 training images cannot be read"}[case]
+            "unreadable_before_converting": "1 of 5 training images cannot be read",
+            "precision": "precision must be one of float32, bfloat16, got 'fp16'"}[case]
     if case == "targets":
         argv += ["--targets", "attn_q"]
     elif case == "rank":
@@ -134,6 +135,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
         (tmp_path / "out").write_text("x")
     elif case == "unreadable_before_converting":          # the builtin base would be converted into place
         (imgs / "broken.png").write_bytes(b"not an image")
+        argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
+    elif case == "precision":                              # refused before the builtin base is converted
+        argv += ["--precision", "fp16"]
         argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
     before = files_under(tmp_path)
     capsys.readouterr()
@@ -320,9 +324,9 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     assert man["steps"] == TINY["steps"] + 2 and man["params"]["resumed_from"] == 0
 
 
-def commented_lora_entry() -> tuple[str, dict]:
+def commented_lora_entry(root=ROOT) -> tuple[str, dict]:
     """params.yaml's commented real_backbones entry on the merged model (under the lora: section)."""
-    lines = (ROOT / "params.yaml").read_text().splitlines()
+    lines = (root / "params.yaml").read_text().splitlines()
     start = lines.index("#   mobilenet_v2_lora:")
     block = []
     for line in lines[start:]:
@@ -370,7 +374,8 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     base = save(repo, "vit")                                     # repo/vit-0, tiny random ViT
     draw_images(repo, n=6)                                       # repo/images-0: the training images
     images(repo / "data", instances=6, positives=2, distractors=120)
-    name, entry = commented_lora_entry()
+    name, entry = commented_lora_entry(repo)                     # the clone's own params.yaml
+    assert entry["backbone"]["model"] == "out/lora/model"
     entry["backbone"].update({"pooling": "cls", "preprocessing": "resize", "resolution": 32, "batch_size": 16})
     entry["images"].update({"root": "data/ilias", "distractors": "data/distractors"})
     entry["score"].update({"fraction": 0.5, "k": 40})
