@@ -400,8 +400,9 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     queries = DescriptorSet.open(repo / "out" / "real" / "tiny_lora" / "queries")
     assert queries.count == 6 and queries.manifest["weights_sha256"] == weights_digest(out / "model")
 
-    lin = json.loads(sh(*rscale, "lineage", "tiny_lora@v1", "-r", "registry", "--models", str(out), "--format",
+    lin = json.loads(sh(*rscale, "lineage", "tiny_lora", "-r", "registry", "--models", str(out), "--format",
                         "json", cwd=repo))
+    assert lin["version"]["ref"] == "tiny_lora@v1"
     (walk,) = lin["backbones"].values()
     assert walk["lora"] and walk["weights"]["verified"] and walk["weights"]["sha256"] == weights_digest(out / "model")
     assert walk["base_weights"]["sha256"] == weights_digest(base) and walk["base_weights"]["verified"]
