@@ -337,11 +337,19 @@ def commented_lora_entry(root=ROOT) -> tuple[str, dict]:
     return name, entry
 
 
-def test_the_commented_lora_entry_points_at_the_merged_model():
+def test_the_commented_lora_entry_points_at_the_merged_model(tmp_path):
+    from rscale.api.real_backbones import load_real_backbone
+
     name, entry = commented_lora_entry()
     lora_section = yaml.safe_load((ROOT / "params.yaml").read_text())["lora"]
     assert name == "mobilenet_v2_lora" and entry["backbone"]["model"] == f"{lora_section['out']}/model"
     assert entry["backbone"]["pooling"] == "pooled"            # as the O2I benchmark pools the base MobileNetV2
+    # uncommented under real_backbones:, it reads as an entry once train_lora has written the folder
+    merged = tmp_path / entry["backbone"]["model"]
+    shutil.copytree(save(tmp_path, "mobilenet"), merged)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"real_backbones": {name: entry}}))
+    got = load_real_backbone(tmp_path / "params.yaml", name)
+    assert got.model == merged and got.registered_name == name and got.root == tmp_path / entry["images"]["root"]
     # and the real stages' graph reaches train_lora through it: the model folder is one of their deps
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert "${item.backbone.model}" in stages["real_gallery"]["do"]["deps"]
