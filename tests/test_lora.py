@@ -182,6 +182,22 @@ def test_bfloat16_autocast_trains_float32_adapters_that_track_the_float32_run(tm
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.gpu
+def test_bfloat16_on_cuda_tracks_float32_on_cpu(tmp_path):
+    """The GPU setting itself (skipped where no CUDA device is visible; benchmarks/gpu_check.py has
+    the larger version with timings)."""
+    base, folder = save(tmp_path, "vit"), draw_images(tmp_path)
+    params = dict(FAST, steps=6)
+    full = lora.train_lora(base, folder, tmp_path / "cpu", params)
+    half = lora.train_lora(base, folder, tmp_path / "cuda", params, device="cuda", precision="bfloat16")
+    a, b = np.asarray(full.losses), np.asarray(half.losses)
+    assert np.all(np.isfinite(b)) and abs(a[0] - b[0]) <= 0.02 * a[0] + 1e-4, (a, b)
+    assert np.abs(a - b).max() <= 0.15 * a.max() + 1e-3, (a, b)
+    assert half.manifest["params"]["device"] == "cuda"
+    bb = ex.load_backbone(half.model_dir, device="cpu")           # the merged model is a plain float32 checkpoint
+    assert bb.dtype == torch.float32
+
+
 def test_loss_decreases_on_a_toy_set(tmp_path):
     base = save(tmp_path, "dinov2")
     res = lora.train_lora(base, draw_images(tmp_path, n=6), tmp_path / "out",

@@ -362,7 +362,8 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     params.yaml): a tiny ViT as lora.base and params.yaml's commented real_backbones entry on the
     merged model switched on -> `dvc repro real_register@NAME` trains and merges (train_lora), extracts,
     scores, estimates and registers; the registered version's lineage reaches the base weights,
-    the adapter and the training list, and `dvc status` is clean."""
+    the adapter and the training list, and `dvc status` is clean. It tests the committed tree:
+    uncommitted changes are not in the clone."""
     pytest.importorskip("dvc")
     from test_real_pipeline import images        # an ILIAS tree and distractors, one definition
 
