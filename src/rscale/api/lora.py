@@ -122,14 +122,17 @@ def render_manifest(data) -> Path | None:
     return path if path.suffix == ".parquet" else None
 
 
-def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage: bool = True) -> dict:
+def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage: bool = True, device: str = "cpu",
+               precision: str = "float32") -> dict:
     """Train and merge per ``config`` (see :func:`load_lora_config`); a summary of what was written.
+    ``device`` / ``precision``: :func:`rscale.producers.lora.train_lora`'s (bfloat16 on a GPU).
 
     Every input is checked before anything is written: the base folder, the training images (all
     opened), the targets and rank against the model, and a resumed checkpoint's base weights."""
     from rscale.producers import lora, lora_data
 
     out = config.out
+    lora.check_device(device, precision)
     if out.exists() and not out.is_dir():
         raise InvalidArgumentError(f"--out {out} is a file; name a folder to write the model and adapter into")
     split, rs, images = None, None, config.data
@@ -146,14 +149,15 @@ def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage:
                                   else lora_data.image_paths(images))
     base = resolve_base(config.base)
     res = lora.train_lora(base, images, out, config.params, render_set=rs, split=split, resume_from=resume,
-                          lineage=lineage, progress=progress)
+                          lineage=lineage, progress=progress, device=device, precision=precision)
     man = res.manifest
     summary = {"out": str(out), "model": str(res.model_dir), "adapter": str(res.adapter_dir),
                "base": str(base), "steps": man["steps"], "resumed_from": res.resumed_from,
                "loss_first": man["loss"]["first"], "loss_last": man["loss"]["last"],
                "merged_weights": man["merged_weights"], "adapter_sha256": man["adapter"],
                "base_weights": man["base"]["weights_sha256"], "training_list_sha256": man["training_list_sha256"],
-               "images": man["params"]["images"], "targets": man["params"]["targets"], "mlflow_run_id": res.run_id}
+               "images": man["params"]["images"], "targets": man["params"]["targets"], "mlflow_run_id": res.run_id,
+               "device": device, "precision": precision}
     if split is not None:
         summary["split"] = {"train": len(split.train), "evaluation": len(split.evaluation), "seed": split.seed}
     return summary

@@ -40,6 +40,9 @@ def train_lora(config: Optional[Path] = typer.Option(None, "--config", help="par
                                                         "(YAML value), repeatable."),
                resume: Optional[Path] = typer.Option(None, "--resume", help="Checkpoint folder to resume from "
                                                      "(default: the newest under OUT/checkpoints)."),
+               device: str = typer.Option("cpu", "--device", help="torch device: cpu, or cuda on a GPU."),
+               precision: str = typer.Option("float32", "--precision", help="float32, or bfloat16 (autocast forward "
+                                             "passes, float32 weights; for a GPU)."),
                progress: bool = typer.Option(True, "--progress/--no-progress", help="Loss lines on stderr."),
                fmt: str = output.format_option(output.TEXT, output.JSON)):
     """Train LoRA adapters so a gray-padded, lower-O2I view matches the frozen model, then merge them."""
@@ -54,7 +57,7 @@ def train_lora(config: Optional[Path] = typer.Option(None, "--config", help="par
                  "targets": [t.strip() for t in targets.split(",") if t.strip()] if targets else None}
     cfg = api_lora.load_lora_config(config, overrides=overrides, sets=sets or ())
     output_folder(cfg.out)
-    summary = api_lora.train_lora(cfg, resume=resume,
+    summary = api_lora.train_lora(cfg, resume=resume, device=device, precision=precision,
                                   progress=_progress(max(1, cfg.params.steps // 20)) if progress else False)
     if fmt == output.JSON:
         output.print_json(summary)

@@ -32,6 +32,11 @@ Outputs under ``out_dir``::
                    ``training_list_sha256``
     split.json     the split by object (render-set training only)
 
+Precision. ``precision="float32"`` (the default; CPU) or ``"bfloat16"``: the teacher and student
+forward passes run under ``torch.autocast`` in bfloat16 (on a GPU: ``device="cuda"``) while the
+base weights, the adapters, the optimizer state and the loss stay float32, so the merge is the
+same float32 sum ``W + (alpha / r) B A`` (benchmarks/gpu_check.py compares the two on a GPU).
+
 Every step logs ``loss`` and ``lr`` to MLflow (rscale.producers.lineage) with the params, the
 input digests (base weights, training list) and the output digests (merged weights, adapter).
 """
@@ -53,6 +58,7 @@ MANIFEST = "rscale_manifest.json"
 MERGED_KIND = "rscale.backbone.lora_merged"
 CHECKPOINT_STATE = "state.json"
 TRAINING_LIST = "training_list.tsv"
+PRECISIONS = ("float32", "bfloat16")       # bfloat16: autocast forward passes, float32 weights (docstring)
 
 # model_type -> alternative target layouts (module-name suffixes, peft's matching rule); the first
 # layout whose every name matches some Linear / Conv2d of the model is used.
@@ -152,6 +158,16 @@ def merged_lineage(model_dir) -> dict | None:
     return {"kind": MERGED_KIND, "base_weights_sha256": man.get("base", {}).get("weights_sha256"),
             "adapter_sha256": man.get("adapter_sha256"), "training_list_sha256": man.get("training_list_sha256"),
             "split_sha256": man.get("split_sha256")}
+
+
+def check_device(device: str, precision: str) -> None:
+    """Refuse an unknown precision, or a CUDA device where none is visible."""
+    if precision not in PRECISIONS:
+        raise InvalidArgumentError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if str(device).startswith("cuda"):
+        torch, _ = _modules()
+        if not torch.cuda.is_available():
+            raise InvalidArgumentError(f"device {device!r}: no CUDA device is visible here; use device cpu")
 
 
 # ---------------------------------------------------------------- targets
@@ -350,16 +366,17 @@ class LoraResult:
 
 
 def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = None, *, render_set=None,
-               split=None, resume_from=None, device: str = "cpu", lineage: bool = True,
-               progress=False) -> LoraResult:
+               split=None, resume_from=None, device: str = "cpu", precision: str = "float32",
+               lineage: bool = True, progress=False) -> LoraResult:
     """Train LoRA adapters on ``base_dir`` (a transformers checkpoint folder) and write the merged
     model, the adapter and a manifest under ``out_dir`` (module docstring).
 
     ``images``: an image folder, a list file or a list of paths; or None with ``render_set`` (an
     O2I RenderSet) and ``split`` (an ObjectSplit): the renders of ``split.train`` only.
     ``resume_from``: a checkpoint folder; default the newest under ``out_dir/checkpoints``, if any.
-    Bad input (targets, rank, weights, unreadable images, a checkpoint of another base) raises an
-    RscaleError before anything is written. ``progress``: True prints a line per step; a callable
+    ``device``: a torch device ("cpu", "cuda"); ``precision``: one of :data:`PRECISIONS` (the
+    module docstring). Bad input (targets, rank, weights, unreadable images, a checkpoint of
+    another base) raises an RscaleError before anything is written. ``progress``: True prints a line per step; a callable
     gets ``(step, steps, loss, lr)`` after each step (step counted from 1).
     """
     torch, _ = _modules()
@@ -369,6 +386,7 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
 
     params = params if isinstance(params, LoraParams) else LoraParams.from_dict(params)
     base_dir, out_dir = Path(base_dir), Path(out_dir)
+    check_device(device, precision)
     if render_set is not None:
         if split is None:
             raise InvalidArgumentError("training on a render set needs a split by object (lora_data.split_objects)")
@@ -405,7 +423,11 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
         start, log = int(state["step"]), [tuple(r) for r in state["log"]]
 
     run_params = {**params.to_dict(), "targets": list(targets), "pooling": pooling, "mask": mask,
-                  "model_type": bb.model_type, "images": len(paths), "resumed_from": start}
+                  "model_type": bb.model_type, "images": len(paths), "resumed_from": start,
+                  "precision": precision, "device": str(device)}
+    import contextlib
+    autocast = ((lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
+                if precision == "bfloat16" else contextlib.nullcontext)
     inputs = {"base_weights": base_digest, "training_list": list_digest}
     if split is not None:
         inputs["split"] = digest_lines(f"{side}\t{o}" for side, ids in (("train", split.train),
@@ -422,11 +444,13 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
             torch.manual_seed(int(rng.integers(2**31)))             # LoRA dropout: the same on a resumed run
             canonical = [pictures[i] for i in idx]
             views = [lora_data.student_view(bb, im, s, mask) for im, s in zip(canonical, scales)]
-            with torch.no_grad(), model.disable_adapter():
+            with torch.no_grad(), model.disable_adapter(), autocast():
                 teacher = student_descriptors(model, to_pixels(bb, canonical), pooling, bb.prefix_tokens)
             masks = torch.cat([m for _, m in views]).to(device) if mask else None
             _train_mode(model)
-            student = student_descriptors(model, to_pixels(bb, [v for v, _ in views]), pooling, bb.prefix_tokens, masks)
+            with autocast():
+                student = student_descriptors(model, to_pixels(bb, [v for v, _ in views]), pooling, bb.prefix_tokens,
+                                              masks)
             loss = (1.0 - (student * teacher).sum(dim=1)).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
