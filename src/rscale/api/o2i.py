@@ -17,7 +17,7 @@ written; :func:`run_o2i` runs it:
    asymmetry with its paired t-test, interventions against the baseline (McNemar / paired t, Holm);
 4. write, into the output folder (built next to it and renamed into place, so a failed run leaves
    the previous one): ``tables/<name>-<sha256 prefix>.parquet``, PNG plots, ``report.md``,
-   ``manifest.json`` (every input and output digest) and ``timings.json``; the run is logged with
+   ``manifest.json`` (every input and output digest, the code version) and ``timings.json``; the run is logged with
    :func:`rscale.producers.lineage.producer_run` (stage ``o2i``).
 """
 
@@ -329,7 +329,7 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
     from rscale.core import o2i as core
     from rscale.producers import o2i
     from rscale.producers.interventions import GrayPad, MaskedScales
-    from rscale.producers.lineage import digest_file, producer_run
+    from rscale.producers.lineage import code_version, digest_file, producer_run
     from rscale.store.run_sidecar import write_run_sidecar
 
     out_dir = Path(out_dir)
@@ -427,7 +427,8 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
         outputs = {f"tables/{v['file']}": v["sha256"] for v in written.values()}
         outputs.update({p: digest_file(tmp / p) for p in plots})
         outputs["report.md"] = digest_file(tmp / "report.md")
-        manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "params": cfg.to_dict(),
+        manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "code_version": code_version(),
+                    "params": cfg.to_dict(),
                     "renders": {"manifest": str(rs.manifest), "digest": lin["renders"], "renderer": lin["renderer"],
                                 "protocol": lin["protocol"], "count": len(rs.records)},
                     "assets": lin["assets"], "backbones": models, "descriptor_sets": descriptor_sets,
