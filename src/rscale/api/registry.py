@@ -125,8 +125,22 @@ def register(hardness, sample_stats=None, *, registry=None, backbone=None, bench
 
 
 def list_versions(registry=None) -> list:
+    """Every hardness version (rscale.store.catalog.Version), with its tags."""
     from rscale.store.registry import Registry
     return Registry.locate(registry).versions()
+
+
+def list_registered(registry=None) -> list[dict]:
+    """What ``rscale ls`` lists: every hardness version, then every artifact version (``o2i:NAME@vN``),
+    each as its fields plus ``kind`` (``hardness``, or the artifact's kind) and ``ref``."""
+    from dataclasses import asdict
+
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    versions = reg.versions()                        # refuses a missing registry
+    return [{"kind": "hardness", "ref": v.ref, **asdict(v)} for v in versions] + \
+        [{"ref": a.ref, **asdict(a)} for a in reg.artifacts()]
 
 
 def show(name: str, registry=None, *, benchmark=None, estimator=None):
@@ -140,9 +154,17 @@ def show(name: str, registry=None, *, benchmark=None, estimator=None):
 
 
 def tag(name: str, tag_name: str, *, registry=None, benchmark=None, estimator=None):
+    """Point ``tag_name`` at a hardness version (NAME@VERSION) or a registered O2I result
+    (o2i:NAME@VERSION); returns the tagged version as it now reads."""
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
     check_name("tag", tag_name)
     reg = Registry.locate(registry)
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: the same tags, keyed by its series
+        kind, base, ver = parse_ref(name)
+        a = reg.artifact(kind, base, ver, benchmark)
+        reg.tag(a, tag_name)
+        return reg.artifact(kind, base, f"v{a.version}", a.benchmark)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
     reg.tag(v, tag_name)
