@@ -610,3 +610,12 @@ def test_pyrender_without_its_extra_or_egl_is_one_line_exit_2_nothing_written(tm
     assert len(lines) == 1 and text in lines[0] and "Traceback" not in out.stderr, out.stderr
     assert "renderer: tinyrenderer" in lines[0] or "o2i-pbr" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]      # no output folder, no cache
+
+
+def test_opening_the_renderer_prints_nothing():
+    """pybullet's C banner ("pybullet build time: ...") went to stderr on import, so a CLI run's
+    one-line refusal after rendering started (a clipped object) was two lines (regression)."""
+    code = ("from rscale.producers.o2i.render import TinyRenderer\n"
+            "with TinyRenderer() as r:\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == "" and done.stdout == ""

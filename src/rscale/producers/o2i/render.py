@@ -167,6 +167,27 @@ def open_renderer(name: str = DEFAULT_RENDERER):
     return TinyRenderer()
 
 
+def import_pybullet():
+    """pybullet, imported with its C-level "pybullet build time: ..." banner kept off stderr: printed
+    there, it made every later one-line refusal of a CLI run (a clipped object, say) two lines."""
+    import os
+    import sys
+    if "pybullet" in sys.modules:
+        return sys.modules["pybullet"]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                import pybullet
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    return pybullet
+
+
 def camera_direction(protocol: RenderProtocol) -> np.ndarray:
     """Unit vector from the origin to the camera (azimuth from +x towards +y, elevation above xy)."""
     az, el = np.radians(protocol.azimuth), np.radians(protocol.elevation)
@@ -176,7 +197,7 @@ def camera_direction(protocol: RenderProtocol) -> np.ndarray:
 def object_orientation(asset: Asset, protocol: RenderProtocol) -> tuple:
     """Quaternion (x, y, z, w) the object is rendered at: its URDF rpy, then (orientation
     "random") a uniform rotation drawn from (seed, object id)."""
-    import pybullet as p
+    p = import_pybullet()
     q = p.getQuaternionFromEuler(list(asset.rpy))
     if protocol.orientation == "random":
         key = int.from_bytes(hashlib.sha256(asset.id.encode()).digest()[:8], "little")
@@ -203,7 +224,7 @@ class TinyRenderer:
 
     def __init__(self):
         try:
-            import pybullet as p
+            p = import_pybullet()
         except ImportError:
             raise MissingExtraError("pybullet", "o2i") from None
         self._p = p
