@@ -53,8 +53,9 @@ from pathlib import Path
 import numpy as np
 
 from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
+from rscale.store.checkpoint_manifest import NAME as CHECKPOINT_MANIFEST
 
-MANIFEST = "rscale_manifest.json"
+MANIFEST = CHECKPOINT_MANIFEST          # one name for rscale's checkpoint manifests, told apart by kind
 MERGED_KIND = "rscale.backbone.lora_merged"
 CHECKPOINT_STATE = "state.json"
 TRAINING_LIST = "training_list.tsv"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from rscale.errors import NotFoundError
 from rscale.store.catalog import insert_blobs
+from rscale.store.catalog import json_object as _obj
 from rscale.store.hashing import canonical_digest
 from rscale.store.resolution import names_version, version_names
 
@@ -105,14 +106,6 @@ def artifact_row_digest(series, version, content, blobs, lineage, inputs, params
 def blob_kind(kind: str, role: str) -> str:
     """The ``blobs`` table's kind of an artifact blob: ``o2i.cross_distance``."""
     return f"{kind}.{role}"
-
-
-def _obj(text) -> dict:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"unreadable": text}
-    return value if isinstance(value, dict) else {"unreadable": text}
 
 
 def _plain(x):
