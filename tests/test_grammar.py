@@ -21,6 +21,12 @@ CANONICAL = [
     ("mAP@1000 at N=1e8 for dino*@released expected", "mAP@1000 at N=1e8 for dino*@released expected"),
     ("mAP @ 1000 at N=1e8 for x PLUGIN", "mAP@1000 at N=1e8 for x plugin"),
     ("Recall@100 at N=12345 for x", "Recall@100 at N=12345 for x"),
+    # reranked@K': after the backbones in the canonical form, wherever it is written
+    ("mAP@1000 at N=1e8 for dinov3_l reranked@1000", "mAP@1000 at N=1e8 for dinov3_l reranked@1000"),
+    ("mAP@100 reranked @ 1_000 at N=1e8 for a, b", "mAP@100 at N=1e8 for a, b reranked@1000"),
+    ("R@1 at N=1e8 for x on ilias RERANKED@50 expected", "R@1 at N=1e8 for x reranked@50 on ilias expected"),
+    ("mAP@1000 at N=1e8 for x expected reranked@1000", "mAP@1000 at N=1e8 for x reranked@1000 expected"),
+    ("mAP@1000 at N=1e8 for reranked_dinov3", "mAP@1000 at N=1e8 for reranked_dinov3"),   # a name, not the clause
 ]
 
 
@@ -43,6 +49,12 @@ BAD = [
     ("mAP@1000 at N=1e8 for x for y", "'for' appears twice"),
     ("mAP@1000 at N=1e8 for x expected plugin", "appears twice"),
     ("mAP@1000 at N=1e8 for x@ on y", "cannot read backbone"),
+    ("mAP@1000 at N=1e8 for x reranked", "say how many first-stage candidates are reranked"),
+    ("mAP@1000 at N=1e8 for x reranked@top", "cannot read the rerank depth in 'reranked@top'"),
+    ("mAP@1000 at N=1e8 for x reranked@0", "a whole number >= 1"),
+    ("mAP@1000 at N=1e8 for x reranked@10 reranked@20", "'reranked' appears twice"),
+    ("mAP@1000 at N=1e8 for x reranked@10,20", "unexpected ',' in the reranked clause"),
+    ("mAP@1000 at N=1e8 for x rerankd@100", "did you mean 'reranked'"),
 ]
 
 
@@ -63,6 +75,13 @@ def test_every_problem_is_listed():
     assert text.count("^") >= 3
 
 
+def test_reranked_clause_value():
+    q = parse("mAP@1000 at N=1e8 for x reranked@250")
+    assert q.rerank_depth == 250 and q.backbones == (BackboneRef("x"),)
+    assert parse("mAP@1000 at N=1e8 for x").rerank_depth is None
+    assert parse("mAP@1000 at N=1e8 for x reranked@250") != parse("mAP@1000 at N=1e8 for x reranked@251")
+
+
 def test_caret_position():
     with pytest.raises(QuerySyntaxError) as err:
         parse("mAP@1000 at N=1e8 for a b")
@@ -71,7 +90,7 @@ def test_caret_position():
 
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
-    lambda s: s not in ("at", "for", "on", "using", "expected", "plugin", "n"))
+    lambda s: s not in ("at", "for", "on", "using", "expected", "plugin", "n", "reranked"))
 
 
 @given(st.lists(st.sampled_from([Measure("mAP", 1000), Measure("R", 1), Measure("MRR"), Measure("Recall", 50)]),
@@ -79,9 +98,9 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
        st.lists(st.integers(1, 10**12), max_size=3),
        st.lists(st.tuples(names, st.sampled_from([None, "v2", "released"])), min_size=1, max_size=3),
        st.one_of(st.none(), names), st.one_of(st.none(), st.sampled_from(["evt", "evt-paper", "count"])),
-       st.sampled_from([None, "expected", "plugin"]))
-def test_round_trip_property(measures, sizes, backbones, bench, est, mode):
-    q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode)
+       st.sampled_from([None, "expected", "plugin"]), st.one_of(st.none(), st.integers(1, 10**6)))
+def test_round_trip_property(measures, sizes, backbones, bench, est, mode, depth):
+    q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode, depth)
     assert parse(str(q)) == q
 
 

@@ -25,7 +25,7 @@ from rscale.api.o2i_registry import register_o2i  # noqa: E402
 from rscale.cli import main  # noqa: E402
 from rscale.store.hashing import canonical_digest  # noqa: E402
 from rscale.store.o2i_results import TABLES  # noqa: E402
-from rscale.store.registry import Registry, clear_caches  # noqa: E402
+from rscale.store.registry import CATALOG_VERSION, Registry, clear_caches  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -129,7 +129,7 @@ def test_report_shows_o2i_results_next_to_hardness_versions(runs, tmp_path, caps
     register_o2i(runs["b"], registry=root)
     reg = Registry(root)
     with reg.connect() as con:
-        assert con.execute("SELECT value FROM meta WHERE key = 'catalog_version'").fetchone()[0] == "3"
+        assert con.execute("SELECT value FROM meta WHERE key = 'catalog_version'").fetchone()[0] == str(CATALOG_VERSION)
     assert [v.ref for v in reg.versions()] == ["sim_gaussian@v1"] and reg.versions()[0].sealed()
     assert main(["report", "-r", str(root), "--n", "1e6"]) == 0
     text = capsys.readouterr().out

@@ -8,7 +8,9 @@ import numpy as np
 def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
           ci_kind: str = "benchmark") -> dict:
     """Answer a query from stored hardness: rows of predictions with intervals of kind
-    ``ci_kind`` (``benchmark`` or ``population``, :mod:`rscale.core.interval`), plus warnings."""
+    ``ci_kind`` (``benchmark`` or ``population``, :mod:`rscale.core.interval`), plus warnings.
+    A ``reranked@K'`` query answers the metric after reranking each version's first-stage top K'
+    from the reranked input stored with it (:func:`reranked_answers`); its rows carry ``reranked``."""
     from rscale.core.interval import check_ci_kind
     from rscale.core.prediction import resolve_mode
     from rscale.core.uncertainty import paired_difference
@@ -41,8 +43,12 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
                 f"nothing beyond its top 1/S; at S = 10k of a 1M pool the reported interval covered only 61-80% "
                 f"of simulator cells (docs/benchmarks.md): sample {SMALL_SAMPLE:,} or more")
         cells = [(m, n) for m in q.measures for n in q.sizes]
-        answers = reported_intervals(est, cells=cells, mode=q.mode, ci_kind=ci_kind, bootstrap=bootstrap, seed=seed,
-                                     level=level)
+        if q.rerank_depth is None:
+            answers = reported_intervals(est, cells=cells, mode=q.mode, ci_kind=ci_kind, bootstrap=bootstrap,
+                                         seed=seed, level=level)
+        else:
+            answers = reranked_answers(reg, v, est=est, cells=cells, depth=q.rerank_depth, mode=q.mode, ci_kind=ci_kind,
+                                       bootstrap=bootstrap, seed=seed, level=level, label=label[_key(v)])
         if est.replicates is None and (ci_kind == "benchmark" or bootstrap):
             warnings.append(f"{label[_key(v)]}: its hardness has no replicates (a version-1 file or a sample too small "
                             "to halve): no distractor or tail-model term, " +
@@ -55,7 +61,8 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
                          "ci_high": float(hi), "ci_kind": ci_kind, "estimator": v.estimator,
                          "mode": resolve_mode(m.law_metric, q.mode),
-                         "extrapolation": n / s_max})
+                         "extrapolation": n / s_max,
+                         **({} if q.rerank_depth is None else {"reranked": q.rerank_depth})})
     # ranking resolution between backbones evaluated on the same queries
     for m in q.measures:
         for n in q.sizes:
@@ -109,6 +116,50 @@ def _known_estimator(estimator: str, catalog) -> None:
         from rscale.errors import QuerySyntaxError
         raise QuerySyntaxError(f"unknown estimator {estimator!r} in 'using {estimator}' (estimators: "
                                f"{', '.join(HARDNESS_METHODS)}; in this registry: {', '.join(present) or 'none'})")
+
+
+def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000,
+                     seed: int = 0, level: float = 0.95, label: str | None = None):
+    """(per-query values, low, high) of each (measure, N) cell of one version after reranking its
+    first-stage top ``depth`` (K'): :func:`rscale.core.rerank_replicates.reranked_intervals` on the
+    version's stored reranked input, with the version's hardness and hardness replicates (replicate
+    i and half-sample i are the same half). The mode follows the first stage's per-measure default.
+    Refused, in one line, for a version without rerank data, a cut-off beyond K', and a K' the
+    stored rerank scores do not reach at some N."""
+    from rscale.core.prediction import resolve_mode
+    from rscale.core.rerank_replicates import reranked_intervals, supported_depth
+    from rscale.errors import InvalidArgumentError
+    from rscale.query.grammar import format_size
+
+    name = label or v.ref
+    stored = reg.read_reranked(v)
+    if stored is None:
+        raise InvalidArgumentError(
+            f"{name} has no rerank data for 'reranked@{depth}': it was registered from sample stats without rerank "
+            "scores (columns top_rerank_scores, positive_rerank_scores); register it again with --sample pointing at "
+            "schema-2 sample stats (docs/rerank.md)")
+    inp, _info = stored
+    for m, _n in cells:
+        if m.k is None or m.k > depth:
+            raise InvalidArgumentError(
+                f"{m} cannot be answered after reranking the top {depth}: a reranked measure needs a cut-off "
+                f"k <= K'={depth} (write e.g. {m.name}@{min(m.k or depth, depth)}"
+                + (f" or reranked@{m.k})" if m.k else ")"))
+    for n in sorted({n for _m, n in cells}):
+        most = supported_depth(inp, n)
+        if most < depth:
+            reach = min(float(s.reach.min()) for s in inp.sets)
+            fix = f"ask for reranked@{most} or less at this N, or N >= " if most >= 1 else "ask for N >= "
+            raise InvalidArgumentError(
+                f"{name}: reranked@{depth} at N={format_size(int(n))} needs the rerank scores of the sample's top "
+                f"{depth / n:.3g} of the first-stage law, the stored ones reach {reach:.3g} (halves included): "
+                f"{fix}{depth / reach:.3g}, or register a sample with more reranked candidates")
+    reps = est.replicates if inp.halves else None
+    return reranked_intervals(inp, est.x, reps,
+                              [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode)) for m, n in cells],
+                              depth=depth, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
+
+
 def reported_intervals(est, *, cells, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000, seed: int = 0,
                        level: float = 0.95):
     """(per-query values, low, high) of the interval ``rscale query`` reports, for each
@@ -165,6 +216,9 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
     q = parse(text)
     if q.sizes:
         raise QuerySyntaxError(f"a curve query names no sizes (use --n for the range): {q}")
+    if q.rerank_depth is not None:
+        raise QuerySyntaxError(f"curve draws first-stage metrics only; ask rscale query for reranked ones "
+                               f"(e.g. \"{q} at N=1e8\" with the sizes after the measures): {q}")
     if not q.backbones:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' (query: {q})")
     if n_range is not None:

@@ -60,7 +60,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     ``... on NAME``, a tag from ``... for x@NAME``.
     """
     from rscale.errors import InvalidArgumentError
-    from rscale.query.grammar import KEYWORDS, MODES
+    from rscale.query.grammar import KEYWORDS, MODES, RERANKED
 
     if _nameable(kind, name):
         return name
@@ -69,7 +69,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     raise InvalidArgumentError(
         f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
         f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
-        f"({', '.join(KEYWORDS + MODES)})")
+        f"({', '.join(KEYWORDS + MODES + (RERANKED,))})")
 
 
 def _nameable(kind: str, text: str) -> bool:
@@ -101,7 +101,9 @@ def nameable_form(kind: str, text: str) -> str | None:
 
 def register(hardness, sample_stats=None, *, registry=None, backbone=None, benchmark=None, source=None,
              mlflow_run_id=None) -> dict:
-    """Register a hardness file (with its tail fits and, optionally, its sample stats)."""
+    """Register a hardness file (with its tail fits and, optionally, its sample stats). Sample
+    stats with rerank scores (schema version 2) also give the version its reranked-law input
+    (:func:`rscale.api.rerank.write_reranked_input_for`), which ``... reranked@K'`` queries read."""
     from rscale.store.hardness_file import read_hardness, tail_path
     from rscale.store.registry import Registry
 
@@ -113,26 +115,35 @@ def register(hardness, sample_stats=None, *, registry=None, backbone=None, bench
     from rscale.store.run_sidecar import read_run_id
     mlflow_run_id = mlflow_run_id or read_run_id(hardness)
     tail = tail_path(hardness)
+    ss = None
     if sample_stats is not None:
         from rscale.api.estimation import check_sample_of
         from rscale.store.sample_stats_file import read_sample_stats
-        check_sample_of(read_sample_stats(sample_stats), est, info=info, sample_name=sample_stats,
-                        hardness_name=hardness)
+        ss = read_sample_stats(sample_stats)
+        check_sample_of(ss, est, info=info, sample_name=sample_stats, hardness_name=hardness)
     summary = registration_summary(hardness, sample_stats)
     if sample_stats is not None:
         summary["sample_mlflow_run_id"] = read_run_id(sample_stats)
     reg = Registry.locate(registry)
-    version, created = reg.register(
-        backbone=backbone,
-        benchmark=benchmark,
-        source=source or meta.get("distractor_source") or "unknown",
-        estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
-        sample_file=sample_stats, params=est.params, code_version=code_version(),
-        mlflow_run_id=mlflow_run_id, summary=summary,
-        blob_rows={"hardness": int(est.x.size), "tail": int(est.n_sampled.size),
-                   "sample": int(est.n_sampled.size)})
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="rscale-rerank-") as tmp:
+        rerank_file = None
+        if ss is not None and ss.has_rerank:
+            from rscale.api.rerank import write_reranked_input_for
+            rerank_file, summary["rerank"] = write_reranked_input_for(hardness, ss, out=Path(tmp) / "reranked.parquet")
+        version, created = reg.register(
+            backbone=backbone,
+            benchmark=benchmark,
+            source=source or meta.get("distractor_source") or "unknown",
+            estimator=est.method, hardness_file=hardness, tail_file=tail if tail.exists() else None,
+            sample_file=sample_stats, rerank_file=rerank_file, params=est.params, code_version=code_version(),
+            mlflow_run_id=mlflow_run_id, summary=summary,
+            blob_rows={"hardness": int(est.x.size), "tail": int(est.n_sampled.size),
+                       "sample": int(est.n_sampled.size),
+                       "rerank": int(est.n_sampled.size) * (1 + summary.get("rerank", {}).get("replicates", 0))})
     return {"ref": version.ref, "created": created, "hardness": version.hardness,
-            "registry": str(reg.root), "series": "/".join(version.series)}
+            "registry": str(reg.root), "series": "/".join(version.series),
+            **({"reranked": version.summary["rerank"]} if version.rerank else {})}
 
 
 def list_versions(registry=None) -> list:
@@ -211,7 +222,19 @@ def import_(bundle, registry=None):
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
     return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
-                         code_version=code_version(), check_artifact=check_bundle_blobs)
+                         code_version=code_version(), check_artifact=check_bundle_blobs,
+                         reranked_input=_reranked_input_of)
+
+
+def _reranked_input_of(hardness, sample, out):
+    """The reranked input of verified hardness and sample files, or None when the sample has no
+    rerank scores (:func:`rscale.api.rerank.write_reranked_input_for`)."""
+    from rscale.store.sample_stats_file import read_sample_stats
+    ss = read_sample_stats(sample)
+    if not ss.has_rerank:
+        return None
+    from rscale.api.rerank import write_reranked_input_for
+    return write_reranked_input_for(hardness, ss, out=out)
 
 
 def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
@@ -221,25 +244,41 @@ def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
     return Registry.locate(registry).gc(grace_s=grace_s, dry_run=dry_run)
 
 
-def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark") -> str:
-    """A markdown summary of a registry: latest version of every series x measures x sizes."""
+def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark",
+           rerank_depth: int = 1000) -> str:
+    """A markdown summary of a registry: latest version of every series x measures x sizes. A
+    version registered with rerank data gets a second row, the same measure after reranking its
+    first-stage top ``rerank_depth`` (K'), right under its first-stage row; a cell whose N the
+    stored rerank scores do not reach at that K' says so."""
     from rscale.query.grammar import format_size
     from rscale.store.registry import Registry
 
     reg = Registry.locate(registry)
     versions = [v for v in reg.versions() if "latest" in v.tags]
     lines = [f"# rscale report: {reg.root}", "", f"Intervals: 95%, ci_kind {ci_kind}.", ""]
+    reranked_rows = False
     for m in measures:
-        lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | "
+        lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | stage | "
                   + " | ".join(f"N={format_size(int(n))}" for n in sizes) + " |",
-                  "|---|---|---|---|---|" + "---|" * len(sizes)]
+                  "|---|---|---|---|---|---|" + "---|" * len(sizes)]
         for v in versions:
-            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} for {v.backbone}@v{v.version} "
-                        f"on {v.benchmark} using {v.estimator}", registry, bootstrap=200, ci_kind=ci_kind)
-            cells = [f"{r['value']:.4f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" for r in ans["rows"]]
-            lines.append(f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | "
-                         f"{v.summary.get('S_max', 0):,} | " + " | ".join(cells) + " |")
+            ref = f"for {v.backbone}@v{v.version}"
+            where = f"on {v.benchmark} using {v.estimator}"
+            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} {ref} {where}", registry,
+                        bootstrap=200, ci_kind=ci_kind)
+            cells = [_report_cell(r) for r in ans["rows"]]
+            head = f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | {v.summary.get('S_max', 0):,} |"
+            lines.append(f"{head} first stage | " + " | ".join(cells) + " |")
+            if v.rerank:
+                reranked_rows = True
+                lines.append(f"{head} reranked@{rerank_depth} | "
+                             + " | ".join(_reranked_cells(reg, v, m, sizes, ref, where, rerank_depth, registry,
+                                                          ci_kind)) + " |")
         lines.append("")
+    if reranked_rows:
+        lines += [f"reranked@{rerank_depth}: the metric after reranking each query's first-stage top {rerank_depth}, "
+                  "predicted from the rerank scores of the sample's top candidates (docs/rerank.md); "
+                  "'needs N >= x': the stored scores reach that far only.", ""]
     lines += ["## Estimator diagnostics", "", "| backbone | estimator | queries | positives | rules |", "|---|---|---|---|---|"]
     for v in versions:
         rules = ", ".join(f"{k} {val:.0%}" for k, val in sorted(v.summary.get("rules", {}).items()))
@@ -247,6 +286,30 @@ def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9),
     from rscale.api.o2i_registry import report_lines
     lines += [""] + report_lines(reg)            # registered O2I results, when there are any
     return "\n".join(lines) + "\n"
+
+
+def _report_cell(row: dict) -> str:
+    return f"{row['value']:.4f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _reranked_cells(reg, v, measure: str, sizes, ref: str, where: str, depth: int, registry, ci_kind: str) -> list:
+    """The reranked row's cells: answered where the stored rerank scores reach K' at N, else what N they need."""
+    from rscale.core.rerank_replicates import supported_depth
+    from rscale.query.grammar import format_size
+    from rscale.query.measures import Measure
+
+    k = Measure.parse(measure).k
+    if k is None or k > depth:
+        return [f"needs a cut-off <= {depth}"] * len(sizes)
+    inp, _info = reg.read_reranked(v)
+    reach = min(float(s.reach.min()) for s in inp.sets)
+    ok = [n for n in sizes if supported_depth(inp, n) >= depth]
+    answers = {}
+    if ok:
+        ans = query(f"{measure} at N={','.join(format_size(int(n)) for n in ok)} {ref} reranked@{depth} {where}",
+                    registry, bootstrap=200, ci_kind=ci_kind)
+        answers = {r["N"]: _report_cell(r) for r in ans["rows"]}
+    return [answers.get(int(n), f"needs N >= {depth / reach:.3g}") for n in sizes]
 
 
 def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict:

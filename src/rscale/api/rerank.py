@@ -131,3 +131,31 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, metho
                          "ci_low": lo, "ci_high": hi, "first_stage": prediction.predict(est, metric, size, k),
                          "method": method, "mode": mode})
     return rows
+
+
+def write_reranked_input_for(hardness, ss, *, out) -> tuple:
+    """Write the reranked-law input of a version (:mod:`rscale.store.reranked_input_file`) from its
+    hardness file and the sample stats it was estimated from, when they carry rerank scores:
+    the sample's joint tails, and those of the half-samples the hardness replicates were made on
+    (the splits and seed recorded in the hardness file), so no estimator is re-run. Returns
+    (path, summary): the reranked top R, replicates, reach (the smallest share of the first-stage
+    law any set covers: K' <= reach x N is supported) and the rerank run's lineage."""
+    from rscale.core.rerank_replicates import reranked_input
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.hashing import sha256_file
+    from rscale.store.reranked_input_file import write_reranked_input
+
+    est, info = read_hardness(hardness)
+    reps = info.get("replicates") or {}
+    splits = int(reps.get("splits", 0)) if est.replicates is not None else 0
+    if splits and 2 * splits != est.replicates.shape[1]:
+        splits = 0                      # replicates made some other way: no pairing with half-samples
+    seed = int(reps.get("seed", 0))
+    inp = reranked_input(ss, splits=splits, seed=seed)
+    lineage = {k: str(v) for k, v in sorted(ss.meta.items()) if k.startswith("rerank")}
+    top = int(ss.top_rerank.shape[1])
+    meta = {"hardness_sha256": sha256_file(hardness), "splits": splits, "seed": seed, "tail": True, "top": top,
+            "lineage": lineage}
+    path = write_reranked_input(inp, out, query_ids=ss.query_ids, pos_ids=ss.pos_ids, meta=meta)
+    reach = min(float(s.reach.min()) for s in inp.sets)
+    return path, {"top": top, "replicates": 2 * splits, "reach": float(f"{reach:.6g}"), "lineage": lineage}

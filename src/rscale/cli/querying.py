@@ -38,7 +38,8 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
         return
     if fmt == output.TABLE:
         typer.echo(f"query: {ans['query']}")
-    output.print_rows(ans["rows"], fmt, QUERY_COLUMNS)
+    reranked = ["reranked"] if any("reranked" in r for r in ans["rows"]) else []
+    output.print_rows(ans["rows"], fmt, QUERY_COLUMNS[:3] + reranked + QUERY_COLUMNS[3:])
     for w in ans["warnings"]:
         output.warn(w)
 

@@ -235,6 +235,47 @@ def _plugin_query(h, q, metric, n, k, depth):
     return float(ok.sum() / g)
 
 
+def _plugin_all(h, metric, n, k, depth):
+    """:func:`_plugin_query` for every query at once: positives padded to the largest query (Q, G)."""
+    sizes = np.diff(h.offsets)
+    q, g = sizes.size, int(sizes.max())
+    col = ragged.position_in_group(h.offsets) - 1
+    qi = ragged.group_index(h.offsets)
+    x = np.full((q, g), np.inf)
+    x[qi, col] = h.x
+    t = np.full((q, g), -np.inf)
+    t[qi, col] = h.rerank
+    f = np.arange(1, g + 1)[None, :]
+    inside = _within(f + n * x, depth)                       # a prefix of first-stage order (x ascending)
+    survivors = np.where(inside.any(axis=1), g - np.argmax(inside[:, ::-1], axis=1), 0)
+    m = depth - survivors
+    nxt = np.where(survivors < sizes, x[np.arange(q), np.minimum(survivors, g - 1)], 1.0)
+    w = np.minimum(m / n, nxt)
+    alive = f <= survivors[:, None]                          # (Q, G)
+    rows = np.flatnonzero(alive[qi, col])                    # the surviving positives (flat order)
+    big_m = np.zeros((q, g))
+    if rows.size:
+        rq = qi[rows]
+        rho = _rho_rows(h.grid, h.joint[rows], rq, w[rq][:, None])[:, 0]
+        big_m[rq, col[rows]] = np.where((m[rq] > 0) & (w[rq] > 0), m[rq] * rho, 0.0)
+    ts = np.where(alive, t, -np.inf)
+    earlier = np.arange(g)[None, :] < np.arange(g)[:, None]               # [p, p']: p' before p
+    above = (ts[:, None, :] > ts[:, :, None]) | ((ts[:, None, :] == ts[:, :, None]) & earlier[None])
+    jp = 1.0 + (above & alive[:, None, :]).sum(axis=2)                     # position among survivors
+    r = jp + big_m
+    ok = _within(r, k) & alive
+    if metric in ("R", "RR"):
+        best = np.argmin(np.where(alive, jp, np.inf), axis=1)
+        rb = r[np.arange(q), best]
+        hit = ok[np.arange(q), best]
+        out = np.where(hit, 1.0 / rb if metric == "RR" else 1.0, 0.0)
+    elif metric == "AP":
+        out = np.where(ok, jp / r, 0.0).sum(axis=1) / np.minimum(k, sizes)
+    else:
+        out = ok.sum(axis=1) / sizes
+    return np.where(survivors > 0, out, 0.0)
+
+
 def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None = None, *, depth: int,
                        mode: str = "expected", nodes: int = 16) -> np.ndarray:
     """Per-query reranked metric (``AP``, ``R``, ``Recall`` or ``RR`` at cut-off k <= ``depth``)
@@ -250,7 +291,7 @@ def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None
             f"the rerank scores of query {q} reach the top {reach[q]:.3g} of the first-stage law, less than "
             f"K'/N = {depth / n:.3g}: rerank more of the sample's top candidates, or ask for N >= {depth / reach[q]:.3g}")
     if mode == "plugin":
-        return np.array([_plugin_query(h, q, metric, n, k, depth) for q in range(h.n_queries)])
+        return _plugin_all(h, metric, n, k, depth)
     return _expected_all(h, metric, n, k, depth, nodes)
 
 

@@ -8,6 +8,10 @@ when the original count was inside the list, else the kept part of the list plus
 the c - K distractors beyond it. Increments between successive positives (and up to S) are
 thinned independently, so all counts of a query stay nested and consistent. Sub-samples of
 sub-samples are nested samples: what the sufficient-budget diagnostic needs.
+
+Rerank scores (schema version 2) travel with the kept candidates: the top R of a sub-sample are
+the kept entries of the original top R, in order, cut to the smallest number kept over queries
+(so R stays one number per sample), and positives keep theirs.
 """
 
 from __future__ import annotations
@@ -80,7 +84,20 @@ def subsample(ss: SampleStats, p: float, seed: int = 0, k: int | None = None,
     meta = {**ss.meta, "subsample": f"{1 - p if complement else p:g}", "subsample_seed": str(seed)}
     return SampleStats(query_ids=ss.query_ids, n_sampled=n_sampled.astype(np.int64), top_scores=top,
                        pos_offsets=off, pos_ids=ss.pos_ids, pos_scores=ss.pos_scores,
-                       pos_counts=counts.astype(np.int64), meta=meta)
+                       pos_counts=counts.astype(np.int64), meta=meta, **_kept_rerank(ss, keep, k_new))
+
+
+def _kept_rerank(ss: SampleStats, keep: np.ndarray, k_new: int) -> dict:
+    """The rerank scores of the kept top candidates (see the module docstring); none when the
+    sample has none or some query keeps none of its reranked top."""
+    if not ss.has_rerank:
+        return {}
+    kept = keep[:, :ss.top_rerank.shape[1]]
+    r_new = min(k_new, int(kept.sum(axis=1).min()))
+    if r_new < 1:
+        return {}
+    order = np.argsort(~kept, axis=1, kind="stable")
+    return {"top_rerank": np.take_along_axis(ss.top_rerank, order, axis=1)[:, :r_new], "pos_rerank": ss.pos_rerank}
 
 
 def split_halves(ss: SampleStats, seed: int = 0) -> tuple[SampleStats, SampleStats]:
@@ -96,7 +113,8 @@ def subsample_k(ss: SampleStats, k: int) -> SampleStats:
     if k == ss.k:
         return ss
     from dataclasses import replace
-    return replace(ss, top_scores=ss.top_scores[:, :k])
+    rerank = {} if not ss.has_rerank else {"top_rerank": ss.top_rerank[:, :k]}
+    return replace(ss, top_scores=ss.top_scores[:, :k], **rerank)
 
 
 __all__ = ["split_halves", "subsample", "subsample_k"]

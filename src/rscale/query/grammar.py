@@ -2,16 +2,20 @@
 
 Grammar (words are case-insensitive; spaces around ``,`` ``=`` ``@`` are free)::
 
-    query     := measures [ "at" sizes ] [ "for" backbones ] [ "on" benchmark ]
+    query     := measures [ "at" sizes ] [ "for" backbones ] [ reranked ] [ "on" benchmark ]
                  [ "using" estimator ] [ "expected" | "plugin" ]
     measures  := measure { "," measure }          mAP@1000, R@1, Recall@100, MRR (aliases fold)
     sizes     := "N" "=" size { "," size }         1e8, 759k, 5M, 1.2B, 100_000_000 (whole numbers >= 1)
     backbones := ref { "," ref }                   dinov3_l, siglip2_l@v2, dino*@released, *
     ref       := name-or-glob [ "@" version ]      version: v<k>, latest, released (or any tag)
+    reranked  := "reranked" "@" depth              K': the first-stage top K' is reranked (whole number)
 
-The clauses after the measures may come in any order; each at most once. Canonical form::
+The clauses after the measures may come in any order; each at most once. ``reranked@K'`` asks
+for every backbone's metric after its first-stage top K' is reranked (docs/rerank.md), answered
+from the reranked input a version keeps when it was registered from sample stats with rerank
+scores. Canonical form::
 
-    mAP@1000, R@1 at N=1e6,1e8 for dinov3_l, siglip2_l on ilias using evt expected
+    mAP@1000, R@1 at N=1e6,1e8 for dinov3_l, siglip2_l reranked@1000 on ilias using evt expected
 
 ``parse(str(q)) == q`` for every query (tested as a property). Errors list every problem found,
 each with a caret under the offending part of the query.
@@ -27,6 +31,8 @@ from rscale.query.measures import Measure
 
 KEYWORDS = ("at", "for", "on", "using")
 MODES = ("expected", "plugin")
+RERANKED = "reranked"
+_DEPTH = re.compile(r"^reranked@(?P<depth>[0-9][0-9_]*)$", re.IGNORECASE)
 _TOKEN = re.compile(r"\s*(?:(?P<punct>[,=])|(?P<word>[^\s,=]+))")
 _SIZE = re.compile(r"^(?P<num>[0-9][0-9_]*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(?P<suffix>[kKmMbB]?)$")
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9_.*?\[\]\-]+)(?:@(?P<version>[A-Za-z0-9_.\-]+))?$")
@@ -73,6 +79,7 @@ class Query:
     benchmark: str | None = None
     estimator: str | None = None
     mode: str | None = None
+    rerank_depth: int | None = None    # K' of a ``reranked@K'`` clause; None: first-stage metrics
 
     def __str__(self) -> str:
         parts = [", ".join(str(m) for m in self.measures)]
@@ -80,6 +87,8 @@ class Query:
             parts.append("at N=" + ",".join(format_size(n) for n in self.sizes))
         if self.backbones:
             parts.append("for " + ", ".join(str(b) for b in self.backbones))
+        if self.rerank_depth is not None:
+            parts.append(f"{RERANKED}@{self.rerank_depth}")
         if self.benchmark:
             parts.append(f"on {self.benchmark}")
         if self.estimator:
@@ -106,7 +115,7 @@ def _tokens(text: str):
 
 def _keyword_hint(word: str) -> str:
     from difflib import get_close_matches
-    near = get_close_matches(word.lower(), KEYWORDS + MODES, n=1, cutoff=0.6)
+    near = get_close_matches(word.lower().partition("@")[0], KEYWORDS + MODES + (RERANKED,), n=1, cutoff=0.6)
     return f" (did you mean '{near[0]}'?)" if near else " (missing comma?)"
 
 
@@ -154,6 +163,13 @@ def parse(text: str) -> Query:
             clauses.setdefault(current, [])
             order.append(current)
             continue
+        if kind == "word" and (low == RERANKED or low.startswith(RERANKED + "@")):
+            if RERANKED in clauses:
+                problems.append((start, len(value), f"'{RERANKED}' appears twice"))
+            current = RERANKED
+            clauses[current] = [(kind, value, start)]
+            order.append(current)
+            continue
         if kind == "word" and low in MODES:
             if "mode" in clauses:
                 problems.append((start, len(value), "the mode (expected/plugin) appears twice"))
@@ -176,9 +192,29 @@ def parse(text: str) -> Query:
     benchmark = _single(clauses.get("on"), problems, "benchmark", len(text))
     estimator = _single(clauses.get("using"), problems, "estimator", len(text))
     mode = clauses["mode"][0][1] if "mode" in clauses else None
+    depth = _rerank_depth(clauses[RERANKED], problems) if RERANKED in clauses else None
     if problems:
         raise QuerySyntaxError(_caret(text, sorted(problems)))
-    return Query(tuple(measures), tuple(sizes), tuple(backbones), benchmark, estimator, mode)
+    return Query(tuple(measures), tuple(sizes), tuple(backbones), benchmark, estimator, mode, depth)
+
+
+def _rerank_depth(tokens, problems):
+    """K' of ``reranked@K'`` (spaces around '@' are free), a whole number >= 1."""
+    start = tokens[0][2]
+    if any(kind == "punct" for kind, _, _ in tokens):
+        kind, value, at = next(t for t in tokens if t[0] == "punct")
+        problems.append((at, 1, f"unexpected '{value}' in the reranked clause; write e.g. reranked@1000"))
+        return None
+    text = "".join(value for _, value, _ in tokens)
+    end = tokens[-1][2] + len(tokens[-1][1])
+    m = _DEPTH.match(text)
+    depth = int(m.group("depth").replace("_", "")) if m else 0
+    if not m or not 1 <= depth <= 10**15:
+        what = "say how many first-stage candidates are reranked" if text.lower() == RERANKED else \
+            f"cannot read the rerank depth in {text!r}"
+        problems.append((start, end - start, f"{what}; write e.g. reranked@1000 (K' = 1000, a whole number >= 1)"))
+        return None
+    return depth
 
 
 def _measure(value, start, problems):

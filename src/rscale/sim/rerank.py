@@ -53,3 +53,43 @@ class GaussianRerankModel:
         z = ndtri(1.0 - u)
         r = self.correlation
         return u, r * z + np.sqrt(1 - r * r) * rng.standard_normal((size, n))
+
+
+def positive_rerank_scores(model: GaussianRerankModel, x, rng: np.random.Generator, lift: float = 1.0) -> np.ndarray:
+    """Rerank scores of positives of first-stage hardness ``x``: the model's score of a distractor
+    at that hardness plus ``lift`` (what a crop-aware reranker adds to a true match)."""
+    from scipy.special import ndtri
+    r = model.correlation
+    x = np.clip(np.asarray(x, np.float64), 1e-300, 1.0)
+    return r * ndtri(1.0 - x) + np.sqrt(1 - r * r) * rng.standard_normal(x.size) + lift
+
+
+def with_rerank_scores(bench, ss, model: GaussianRerankModel, *, top: int, pos_rerank, seed: int = 0):
+    """Sample stats ``ss`` of the simulated benchmark ``bench`` (:func:`rscale.sim.benchmark.sample`)
+    plus the model's rerank scores of each query's top ``top`` sampled candidates (a candidate's U is
+    its first-stage score's survival under the query's law) and the positives' ``pos_rerank``:
+    schema-version-2 sample stats whose exact reranked truth is :func:`exact_reranked_hardness`."""
+    from dataclasses import replace
+
+    from scipy.special import ndtri
+
+    from rscale.core.sample_stats import validate
+    if not 1 <= top <= ss.k:
+        raise InvalidArgumentError(f"top must lie in [1, K={ss.k}], got {top}")
+    rng = np.random.default_rng([seed, 5])
+    q = ss.n_queries
+    u = bench.law.sf(ss.top_scores[:, :top], np.broadcast_to(np.arange(q)[:, None], (q, top)))
+    z = ndtri(1.0 - np.clip(u, 1e-300, 1.0))
+    r = model.correlation
+    e = r * z + np.sqrt(1 - r * r) * rng.standard_normal((q, top))
+    return validate(replace(ss, top_rerank=e, pos_rerank=np.asarray(pos_rerank, np.float64)))
+
+
+def exact_reranked_hardness(bench, pos_rerank, model: GaussianRerankModel, points: int = 3000):
+    """The reranked law's exact input for ``bench``: the true first-stage hardness and the model's
+    joint tail of each positive on a fine grid (every query the same grid, 1e-12 to 1)."""
+    from rscale.core.rerank_law import RerankedHardness
+    grid = np.concatenate([[0.0], np.geomspace(1e-12, 1.0, points)])
+    joint = model.joint_tail(pos_rerank, grid)
+    q = bench.pos_offsets.size - 1
+    return RerankedHardness.build(bench.pos_x, pos_rerank, bench.pos_offsets, np.tile(grid, (q, 1)), joint)

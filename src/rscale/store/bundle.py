@@ -340,14 +340,16 @@ def _remove_tree(path: Path) -> None:
 
 
 def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_version: str = "",
-                  check_artifact=None) -> tuple[Version | Artifact, bool]:
+                  check_artifact=None, reranked_input=None) -> tuple[Version | Artifact, bool]:
     """Check everything in the bundle (module docstring), then register its version.
 
     ``summarize(hardness_path, sample_path_or_None, tail_fits=tail_path_or_None) -> dict`` recomputes the registration
     summary (the api layer's); ``code_version`` is this rscale's, to tell whether the manifest's
     statistical summary terms must match exactly; ``check_artifact(artifact_meta, {role: path})
     -> (rows per role, summary)`` reads an artifact bundle's blobs as their roles (the api layer's,
-    by kind). Returns (version or artifact, created).
+    by kind); ``reranked_input(hardness_path, sample_path, out_path) -> (path, summary) or None``
+    rebuilds a version's reranked input from its verified hardness and sample stats (it is derived
+    from them, so bundles do not carry it). Returns (version or artifact, created).
     """
     bundle = str(bundle)
     manifest = read_manifest(bundle)
@@ -389,9 +391,15 @@ def import_bundle(reg: Registry, bundle: str | os.PathLike, *, summarize, code_v
                           "code version", bundle)
         summary = {**recomputed, "sample_mlflow_run_id": claimed.get("sample_mlflow_run_id"),
                    "imported_from": f"v{v.get('version')}", "license": manifest.get("license")}
+        rerank_file = None
+        if reranked_input is not None and files.get("sample"):
+            made = reranked_input(files["hardness"], files["sample"], staging / "reranked.parquet")
+            if made is not None:
+                rerank_file, summary["rerank"] = made
+                rows["rerank"] = rows["sample"] * (1 + summary["rerank"]["replicates"])      # one row per set and query
         out = reg.register(backbone=v["backbone"], benchmark=v["benchmark"], source=v["source"],
                            estimator=v["estimator"], hardness_file=files["hardness"],
-                           tail_file=files.get("tail"), sample_file=files.get("sample"),
+                           tail_file=files.get("tail"), sample_file=files.get("sample"), rerank_file=rerank_file,
                            params=v.get("params"), code_version=v.get("code_version", ""),
                            mlflow_run_id=v.get("mlflow_run_id"), summary=summary, blob_rows=rows)
         ok = True

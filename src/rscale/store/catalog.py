@@ -5,8 +5,10 @@ Five tables: ``meta`` (catalog version), ``blobs`` (digest, kind, bytes, rows), 
 parameters, code version, MLflow run id, summary JSON, and ``row_digest``, the sha256 of the
 row's canonical content, which ``rscale verify`` recomputes), ``tags`` and ``artifacts``
 (registered results of other kinds, such as per-backbone O2I benchmark results: artifacts.py).
-Catalog version 2 added ``row_digest``, version 3 ``artifacts``; an older catalog is read as it
-is and migrated (rows sealed, tables added) by the next write. A newer rscale's catalog is
+Catalog version 2 added ``row_digest``, version 3 ``artifacts``, version 4 the versions' ``rerank``
+blob (the reranked-law input of a version registered from sample stats with rerank scores:
+reranked_input_file.py); an older catalog is read as it is and migrated (rows sealed, tables and
+columns added) by the next write. A newer rscale's catalog is
 refused, so an older ``rscale gc`` never frees blobs only a newer table references.
 
 DuckDB lets one process hold the file for writing at a time: every connection retries with
@@ -25,7 +27,7 @@ from pathlib import Path
 from rscale.errors import RegistryError
 from rscale.store.hashing import canonical_digest
 
-CATALOG_VERSION = 3
+CATALOG_VERSION = 4
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS blobs (
@@ -49,10 +51,12 @@ CREATE TABLE IF NOT EXISTS artifacts (
     code_version TEXT, mlflow_run_id TEXT, summary TEXT, created TIMESTAMP DEFAULT current_timestamp,
     row_digest TEXT NOT NULL,
     PRIMARY KEY (kind, name, benchmark, version));
+ALTER TABLE versions ADD COLUMN IF NOT EXISTS rerank TEXT;
 """
 _COLS = ("v.backbone, v.benchmark, v.source, v.estimator, v.version, v.hardness, v.tail, v.sample, v.lineage, "
          "v.params, v.code_version, v.mlflow_run_id, v.summary, CAST(v.created AS VARCHAR)")
 BLOB_KINDS = ("hardness", "tail", "sample")
+RERANK_KIND = "rerank"        # a version's optional fourth blob; in its row digest only when present
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Version:
     tags: tuple[str, ...] = ()
     row_digest: str | None = None                        # None: a row of a version-1 catalog
     sizes: dict = field(default_factory=dict)            # blob kind -> bytes recorded at registration
+    rerank: str | None = None                            # the reranked-law input blob (catalog version 4)
 
     @property
     def ref(self) -> str:
@@ -85,16 +90,25 @@ class Version:
 
     def content_digest(self) -> str:
         """The digest of what the row says (not its tags, creation time or sizes)."""
-        return row_digest(self.series, self.version, {k: getattr(self, k) for k in BLOB_KINDS}, self.lineage,
-                          self.params, self.code_version, self.mlflow_run_id, self.summary)
+        return row_digest(self.series, self.version, self.blob_digests(), self.lineage, self.params,
+                          self.code_version, self.mlflow_run_id, self.summary)
+
+    def blob_digests(self) -> dict:
+        """Blob kind -> digest of every blob the row references (rerank only when it has one)."""
+        out = {k: getattr(self, k) for k in BLOB_KINDS}
+        if self.rerank:
+            out[RERANK_KIND] = self.rerank
+        return out
 
     def sealed(self) -> bool:
         return self.row_digest is not None and self.row_digest == self.content_digest()
 
 
 def row_digest(series, version, digests, lineage, params, code_version, mlflow_run_id, summary) -> str:
-    return canonical_digest({"series": list(series), "version": int(version),
-                             "blobs": {k: digests.get(k) for k in BLOB_KINDS}, "lineage": lineage,
+    blobs = {k: digests.get(k) for k in BLOB_KINDS}
+    if digests.get(RERANK_KIND):                  # absent from older rows: their digests stay as they were
+        blobs[RERANK_KIND] = digests[RERANK_KIND]
+    return canonical_digest({"series": list(series), "version": int(version), "blobs": blobs, "lineage": lineage,
                              "params": params or {}, "code_version": code_version or "",
                              "mlflow_run_id": mlflow_run_id, "summary": summary or {}})
 
@@ -106,6 +120,13 @@ def json_object(text) -> dict:
     except ValueError:
         return {"unreadable": text}
     return value if isinstance(value, dict) else {"unreadable": text}
+
+
+def has_rerank_column(con) -> bool:
+    """Whether the versions table has the ``rerank`` column (catalog version 4; older catalogs
+    gain it at their next write)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = 'versions' AND "
+                            "column_name = 'rerank'").fetchone()[0])
 
 
 def insert_blobs(con, entries) -> None:
@@ -238,8 +259,9 @@ class Catalog:
 
     def _rows(self, con, catalog_version: int) -> list[Version]:
         digest_col = "v.row_digest" if catalog_version >= 2 else "NULL"
-        rows = con.execute(f"SELECT {_COLS}, {digest_col} FROM versions v ORDER BY v.backbone, v.benchmark, "
-                           "v.source, v.estimator, v.version").fetchall()
+        rerank_col = "v.rerank" if has_rerank_column(con) else "NULL"
+        rows = con.execute(f"SELECT {_COLS}, {digest_col}, {rerank_col} FROM versions v ORDER BY v.backbone, "
+                           "v.benchmark, v.source, v.estimator, v.version").fetchall()
         tags = con.execute("SELECT backbone, benchmark, source, estimator, version, tag FROM tags").fetchall()
         sizes = dict(con.execute("SELECT digest, bytes FROM blobs").fetchall())
         tag_map: dict = {}
@@ -249,12 +271,13 @@ class Catalog:
         for r in rows:
             latest[tuple(r[:4])] = max(latest.get(tuple(r[:4]), 0), int(r[4]))
         out = []
-        for (bb, bm, src, est, v, h, t, s, lin, params, code, run, summary, created, rd) in rows:
+        for (bb, bm, src, est, v, h, t, s, lin, params, code, run, summary, created, rd, rr) in rows:
             v = int(v)
             vtags = tag_map.get((bb, bm, src, est, v), []) + (["latest"] if latest[(bb, bm, src, est)] == v else [])
-            blob_sizes = {k: sizes[d] for k, d in (("hardness", h), ("tail", t), ("sample", s)) if d in sizes}
+            blob_sizes = {k: sizes[d] for k, d in (("hardness", h), ("tail", t), ("sample", s), (RERANK_KIND, rr))
+                          if d in sizes}
             out.append(Version(bb, bm, src, est, v, h, t, s, lin, json_object(params), code or "", run,
-                               json_object(summary), created, tuple(sorted(vtags)), rd, blob_sizes))
+                               json_object(summary), created, tuple(sorted(vtags)), rd, blob_sizes, rr))
         return out
 
     def blob_rows(self) -> dict[str, tuple[str, int]]:
@@ -272,9 +295,11 @@ class Catalog:
         """
         with self.transaction(before_commit) as con:
             insert_blobs(con, [(d, kind, sizes[kind], rows.get(kind)) for kind, d in digests.items()])
+            # the same content: the same hardness, and the same reranked input (or none)
             same = con.execute(
                 "SELECT version FROM versions WHERE backbone=? AND benchmark=? AND source=? AND estimator=? "
-                "AND hardness=?", [*key, digests["hardness"]]).fetchone()
+                "AND hardness=? AND rerank IS NOT DISTINCT FROM ?",
+                [*key, digests["hardness"], digests.get(RERANK_KIND)]).fetchone()
             created = same is None
             if created:
                 nxt = con.execute(
@@ -286,11 +311,11 @@ class Catalog:
                                 summary_json)
                 con.execute(
                     "INSERT INTO versions (backbone, benchmark, source, estimator, version, hardness, tail, "
-                    "sample, lineage, params, code_version, mlflow_run_id, summary, row_digest) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "sample, lineage, params, code_version, mlflow_run_id, summary, row_digest, rerank) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     [*key, nxt, digests["hardness"], digests.get("tail"), digests.get("sample"), lineage,
                      json.dumps(params_json, sort_keys=True), code_version, mlflow_run_id,
-                     json.dumps(summary_json, sort_keys=True), rd])
+                     json.dumps(summary_json, sort_keys=True), rd, digests.get(RERANK_KIND)])
             else:
                 nxt = int(same[0])
         return int(nxt), created
@@ -300,4 +325,5 @@ class Catalog:
             con.execute("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?, ?, ?)", [*series, tag, version])
 
 
-__all__ = ["BLOB_KINDS", "CATALOG_VERSION", "Catalog", "Version", "json_object", "row_digest"]
+__all__ = ["BLOB_KINDS", "CATALOG_VERSION", "RERANK_KIND", "Catalog", "Version", "has_rerank_column", "json_object",
+           "row_digest"]

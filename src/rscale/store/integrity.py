@@ -43,7 +43,7 @@ def _blob_name_digest(path: Path) -> str | None:
 
 
 def referenced_digests(versions) -> set[str]:
-    return {str(d) for v in versions for d in (v.hardness, v.tail, v.sample) if d}
+    return {str(d) for v in versions for d in v.blob_digests().values() if d}
 
 
 def verify(reg) -> dict:
@@ -146,8 +146,10 @@ def gc(reg, *, grace_s: float = DEFAULT_GRACE_S, dry_run: bool = True, clock=tim
 
     with reg.catalog.connect(write=True) as con:
         referenced = artifact_digests(con)
-        for h, t, s in con.execute("SELECT hardness, tail, sample FROM versions").fetchall():
-            referenced.update(d for d in (h, t, s) if d)
+        from rscale.store.catalog import has_rerank_column
+        rerank = "rerank" if has_rerank_column(con) else "NULL"
+        for row in con.execute(f"SELECT hardness, tail, sample, {rerank} FROM versions").fetchall():
+            referenced.update(d for d in row if d)
         now = clock()
         candidates = [p for p in reg.blobs.files()
                       if is_temp_name(p.name) or (_blob_name_digest(p) is not None

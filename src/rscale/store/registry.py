@@ -5,8 +5,8 @@ Layout of a registry folder::
     catalog.duckdb                      what exists, made from what, under which names (catalog.py)
     catalog.snapshot.json               derived copy of the catalog for cold readers (catalog_cache.py)
     blobs/sha256/<2 hex>/<64 hex>.parquet   immutable, read-only artifacts (sample stats, hardness,
-                                        tail fits, O2I result tables), named by the sha256 of their
-                                        bytes (blobs.py)
+                                        tail fits, reranked inputs, O2I result tables), named by the
+                                        sha256 of their bytes (blobs.py)
 
 A *series* is one backbone x benchmark x distractor source x estimator; each registration adds a
 version v1, v2, ... to its series, unless the same hardness bytes are already a version of it (then
@@ -58,11 +58,23 @@ def _decoded_hardness(path: str, digest: str):
     return est, info
 
 
+@lru_cache(maxsize=8)
+def _decoded_reranked(path: str, digest: str):
+    from rscale.store.reranked_input_file import read_reranked_input
+
+    inp, info = read_reranked_input(path)
+    for s in inp.sets:
+        s.grid.flags.writeable = False
+        s.joint.flags.writeable = False
+    return inp, info
+
+
 def clear_caches() -> None:
     """Forget every in-process cache (catalog rows, verified blobs, decoded tables)."""
     clear_memory()
     clear_verified_cache()
     _decoded_hardness.cache_clear()
+    _decoded_reranked.cache_clear()
 
 
 class Registry:
@@ -130,13 +142,33 @@ class Registry:
             raise RegistryError(f"blob {v.sample} (sample stats of {v.ref}) cannot be read as sample stats "
                                 f"({exc.problem}): re-register or restore it") from None
 
+    def read_reranked(self, v: Version):
+        """A version's reranked-law input, decoded: (RerankedInput, info), or None when it was
+        registered without one. The blob is checked against its digest first, and its
+        ``hardness_sha256`` against the version's hardness (a row pointing at another version's
+        input is refused)."""
+        if not v.rerank:
+            return None
+        path = self.existing_blob(v.rerank, f"reranked input of {v.ref}", v.sizes.get("rerank"))
+        try:
+            inp, info = _decoded_reranked(str(path), v.rerank)
+        except FormatError as exc:
+            raise RegistryError(f"blob {v.rerank} (reranked input of {v.ref}) matches its digest but cannot be read "
+                                f"as a reranked input ({exc.problem}): re-register or restore it") from None
+        if info["meta"].get("hardness_sha256") != v.hardness:
+            raise RegistryError(f"blob {v.rerank} (reranked input of {v.ref}) was made for hardness "
+                                f"{info['meta'].get('hardness_sha256')}, not this version's {v.hardness}: "
+                                "run 'rscale verify' and re-register")
+        return inp, info
+
     # -- registration ----------------------------------------------------------------------
     def register(self, *, backbone: str, benchmark: str, source: str, estimator: str,
-                 hardness_file, tail_file=None, sample_file=None, params: dict | None = None,
+                 hardness_file, tail_file=None, sample_file=None, rerank_file=None, params: dict | None = None,
                  code_version: str = "", mlflow_run_id: str | None = None, summary: dict | None = None,
                  blob_rows: dict | None = None) -> tuple[Version, bool]:
-        """Add a version (or find the identical one). Returns (version, created)."""
-        files = {"hardness": hardness_file, "tail": tail_file, "sample": sample_file}
+        """Add a version (or find the identical one: the same hardness and reranked input).
+        Returns (version, created)."""
+        files = {"hardness": hardness_file, "tail": tail_file, "sample": sample_file, "rerank": rerank_file}
         key = (backbone, benchmark, source, estimator)
 
         def commit(digests, sizes, before_commit):
