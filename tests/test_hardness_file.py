@@ -71,3 +71,29 @@ def test_estimate_output_is_byte_deterministic(tmp_path, ss):
     api.estimate(s, "evt", params=(), out=tmp_path / "a.parquet")
     api.estimate(s, "evt", params=(), out=tmp_path / "b.parquet")
     assert sha256_file(tmp_path / "a.parquet") == sha256_file(tmp_path / "b.parquet")
+
+
+def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
+    import json
+
+    from rscale.core.backtest import Backtest, backtest_hardness
+    est = estimate(ss, "count")
+    cols, factors, roles, top_k = backtest_hardness(ss, method="count", params={}, halves=False)
+    assert set(factors.tolist()) == {4} and roles.tolist() == ["share"] * 4 + ["top-k"]   # K = 300: m <= 300 / 50
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, roles=roles, top_k=top_k)
+    write_hardness(est, ss, tmp_path / "h.parquet", None, bt, {"per_factor": 4, "seed": 1})
+    back, info = read_hardness(tmp_path / "h.parquet")
+    got = info["backtest"]
+    np.testing.assert_array_equal(got.columns, cols)
+    assert got.column_factors.tolist() == factors.tolist() and got.top_k.tolist() == top_k.tolist()
+    assert info["schema_version"] == 3 and got.factors(back) == [4]
+    # metadata that no longer matches the columns: one line naming the column, not a traceback
+    t = pq.read_table(tmp_path / "h.parquet")
+    md = dict(t.schema.metadata)
+    meta = json.loads(md[b"rscale.backtest"])
+    meta["factors"] = meta["factors"][:-1]
+    md[b"rscale.backtest"] = json.dumps(meta).encode()
+    pq.write_table(t.replace_schema_metadata(md), tmp_path / "bad.parquet")
+    with pytest.raises(FormatError, match="back-test columns do not match") as err:
+        read_hardness(tmp_path / "bad.parquet")
+    assert err.value.column == "backtest"

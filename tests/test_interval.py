@@ -60,7 +60,7 @@ def test_replicate_spread_matches_the_spread_over_independent_samples():
         ss = sim.sample(bench, 200_000, k=400, seed=100 + seed)
         est = estimate(ss, "count")
         est = replace(est, replicates=hardness_replicates(ss, method="count", params={}, splits=6, seed=seed))
-        (pq, lo, hi), = predicted_intervals(est, [("AP", 1000, 1e6)])
+        (pq, lo, hi, _), = predicted_intervals(est, [("AP", 1000, 1e6)])
         preds.append(pq.mean())
         sds.append((hi - lo) / 2 / student_t.ppf(0.975, 6))
     spread = np.std(preds, ddof=1)
@@ -71,3 +71,46 @@ def test_replicate_spread_matches_the_spread_over_independent_samples():
 def test_t_quantile_matches_scipy(p, df):
     from rscale.core.interval import t_quantile
     assert t_quantile(p, df) == pytest.approx(student_t.ppf(p, df), rel=1e-9)
+
+
+# -- the back-test (rscale.core.backtest) ------------------------------------------------------
+
+def _brute_force_metrics(distractors, positives, k):
+    """AP@k, RR and R@k of one query in a gallery of exactly these distractor scores: the
+    gallery sorted by score, a distractor tied with a positive ranked above it."""
+    items = sorted([(-s, 0) for s in distractors] + [(-s, 1) for s in positives])
+    ranks = [i + 1 for i, (_, is_pos) in enumerate(items) if is_pos]
+    ap = sum(j / r for j, r in enumerate(ranks, 1) if r <= k) / min(k, len(ranks))
+    return ap, 1.0 / ranks[0], float(ranks[0] <= k)
+
+
+def test_backtest_truth_is_the_exact_metric_of_a_gallery_equal_to_the_sample():
+    from rscale.core.backtest import sample_metric
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(4)
+    sizes, n_pos = [30, 25, 30, 12], [3, 1, 4, 2]     # per-query S differ: c / S_ref still gives rank j + c
+    counts, want = [], {m: [] for m in ("AP", "RR", "R")}
+    for s, p in zip(sizes, n_pos):
+        d = rng.integers(0, 12, s) / 12.0              # coarse scores: ties between positives and distractors
+        pos = np.sort(rng.integers(0, 12, p) / 12.0)[::-1]
+        counts += [int((d >= x).sum()) for x in pos]
+        for metric, value in zip(("AP", "RR", "R"), _brute_force_metrics(d, pos, k=5)):
+            want[metric].append(value)
+    offsets = np.concatenate([[0], np.cumsum(n_pos)])
+    est = HardnessEstimate(method="count", x=np.zeros(offsets[-1]), offsets=offsets,
+                           rule=np.array(["count"] * offsets[-1]), n_sampled=np.array(sizes))
+    for metric, k in (("AP", 5), ("RR", None), ("R", 5)):                 # RR without a cut-off
+        np.testing.assert_allclose(sample_metric(est, np.array(counts), metric, k), want[metric], atol=1e-12)
+
+
+def test_backtest_shares_are_disjoint_uniform_sub_samples():
+    from rscale.core.backtest import disjoint_shares, max_factor
+    spec = SimSpec(name="t", family="gaussian", n_queries=40, hardness=HardnessLaw("loguniform", 1.0, 1e-9, 1e-2))
+    ss = sim.sample(sim.simulate(spec, seed=2), 80_000, k=800, seed=2)
+    shares = disjoint_shares(ss, 8, 4, seed=1)
+    sizes = np.stack([s.n_sampled for s in shares])
+    assert np.all(np.abs(sizes / (ss.n_sampled / 8) - 1) < 0.05)          # each about S / 8
+    # disjoint: no share's count exceeds what the sample has, and their sum stays within it
+    total = np.sum([s.pos_counts for s in shares], axis=0)
+    assert np.all(total <= ss.pos_counts) and np.all(sizes.sum(axis=0) <= ss.n_sampled)
+    assert max_factor(ss) == 16                                             # K / m >= 50 caps it (800 / 16)

@@ -39,6 +39,12 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
     if fmt == output.TABLE:
         typer.echo(f"query: {ans['query']}")
     output.print_rows(ans["rows"], fmt, QUERY_COLUMNS)
+    if fmt == output.TABLE:
+        for r in ans["rows"]:
+            if r.get("backtest_factor"):
+                typer.echo(f"back-test, {r['backbone']}@{r['version']} {r['measure']} at N={r['N']:.3g}: predicting the "
+                           f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; at "
+                           f"{r['extrapolation']:.3g}x the interval carries {r['backtest_at_n']:+.4f} for it")
     for w in ans["warnings"]:
         output.warn(w)
 

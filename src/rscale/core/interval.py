@@ -15,6 +15,13 @@ Two targets, named on every row by ``ci_kind``:
   term and the percentile query bootstrap (:func:`rscale.core.uncertainty.query_bootstrap`) are
   independent error sources and add in variance, each side: v - sqrt((t sd)^2 + (v - b_lo)^2).
 
+The back-test (:mod:`rscale.core.backtest`) adds what the replicates cannot carry, the
+estimator's error at the cell's extrapolation factor measured on the sample itself: e(f) per
+cell. It enters both kinds the same way, in quadrature with the replicate term:
+half = sqrt((t sd)^2 + e(f)^2), symmetric (the rule chosen on the simulator design set among
+quadrature, a shift by e(f) and the union of the shifted and unshifted intervals:
+benchmarks/backtest_rule.py, docs/benchmarks.md).
+
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there). A hardness without
 replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
 is the query bootstrap alone, and callers say so.
@@ -69,10 +76,11 @@ _T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
-                     bootstrap: int = 1000, seed: int = 0):
+                     bootstrap: int = 1000, seed: int = 0, backtest=None):
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
-    (population only; 0 gives NaN bounds for population)."""
+    (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
+    back-test error e(f) (0 or NaN: none), added in quadrature to the replicate term."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -90,6 +98,8 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
         half = _t_quantile(level, pairs.shape[1]) * sd
     else:
         half = np.full(value.shape, np.nan)
+    if backtest is not None:
+        half = np.hypot(half, np.nan_to_num(np.asarray(backtest, dtype=np.float64)))
     if ci_kind == "benchmark":
         lo, hi = value - half, value + half
     else:
@@ -104,9 +114,13 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
 
 
 def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
-                        bootstrap: int = 1000, seed: int = 0, in_pool_counts=None):
-    """Per (metric, k, N) cell of one hardness estimate: (per-query values, low, high) of the
-    interval of kind ``ci_kind``, every cell in one pass over the bootstrap."""
+                        bootstrap: int = 1000, seed: int = 0, in_pool_counts=None, backtest=None):
+    """Per (metric, k, N) cell of one hardness estimate: (per-query values, low, high, back-test)
+    of the interval of kind ``ci_kind``, every cell in one pass over the bootstrap. ``backtest``:
+    the file's :class:`rscale.core.backtest.Backtest` (None: no back-test term); the fourth item
+    is the cell's :class:`rscale.core.backtest.BacktestError` or None (f <= 1, in-pool, nothing
+    stored)."""
+    from rscale.core.backtest import backtest_error
     from rscale.core.prediction import predict_per_query, replicate_per_query
 
     pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
@@ -115,5 +129,12 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
         reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
                          for metric, k, n in cells])
-    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
-    return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
+    s_ref = float(np.max(est.n_sampled))
+    cache: dict = {}
+    bts = [None if in_pool_counts is not None else backtest_error(est, backtest, metric, k, mode, factor=n / s_ref,
+                                                                  cache=cache)
+           for metric, k, n in cells]
+    shift = np.array([np.nan if b is None else b.at_n for b in bts])
+    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                 backtest=shift)
+    return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
