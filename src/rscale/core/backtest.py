@@ -183,7 +183,10 @@ def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: fl
     above = [m for m in ms if m > factor]
     lo = below[-1] if below else None
     hi = above[0] if above else None
-    cache = {} if cache is None else cache
+    if bt.columns is not None and not bt.columns.flags.writeable:
+        cache = bt.__dict__.setdefault("_errors", {})    # registry-cached (read-only): kept with the value
+    elif cache is None:
+        cache = {}
     errs = {}
     for m in (lo, hi):
         if m is not None:
