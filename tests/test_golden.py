@@ -23,7 +23,7 @@ DIGESTS = {
     "hardness_v1.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "hardness_v2.parquet": "sha256:d13cb0e47b1af6de7cc9633d06d72ea2491b4abccd22013fcce74d3886e9bd25",
     "hardness_v2.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
-    "hardness_v3.parquet": "sha256:98315bb765493d7aea41fb7dc91be54d6684c0a8695b2483432aef2e19b71400",
+    "hardness_v3.parquet": "sha256:9b3eee7c2006fa252602bd678bca3e19dc274765602a3a9eeed6170a2b5ea20c",
     "hardness_v3.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
@@ -102,12 +102,10 @@ def test_hardness_v3_carries_its_backtest_and_older_versions_read_without_one():
     assert info3["schema_version"] == 3 and v3.x.tolist() == v1.x.tolist()
     assert v3.replicates.tolist() == v2.replicates.tolist()
     bt = info3["backtest"]
-    assert bt.column_factors.tolist() == [2, 4, 4, 4, 8] and bt.columns.shape == (8, 5)
-    assert bt.roles.tolist() == ["top-k", "share", "share", "top-k", "share"] and bt.top_k.tolist() == [12, 0, 0, 6, 0]
+    assert bt.column_factors.tolist() == [4, 4, 8, 8] and bt.columns.shape == (8, 4)
     assert bt.columns[:, 1].tolist() == [min(1.4 * x, 1.0) for x in v1.x.tolist()]
-    # factor 8 has a share but no top-k fit: not a usable factor
-    assert bt.counts.tolist() == [0, 1, 15, 0, 22, 0, 2, 15] and bt.factors(v3) == [2, 4]
-    # older versions: the counts alone, no back-test term
+    assert bt.counts.tolist() == [0, 1, 15, 0, 22, 0, 2, 15] and bt.factors(v3) == [2, 4, 8]
+    # older versions: the counts alone, no back-test term (a v2 file's halves are not used alone)
     assert info1["backtest"].columns is None and info1["backtest"].factors(v1) == []
     assert info2["backtest"].columns is None and info2["backtest"].factors(v2) == []
 

@@ -78,15 +78,15 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
 
     from rscale.core.backtest import Backtest, backtest_hardness
     est = estimate(ss, "count")
-    cols, factors, roles, top_k = backtest_hardness(ss, method="count", params={}, halves=False)
-    assert set(factors.tolist()) == {4} and roles.tolist() == ["share"] * 4 + ["top-k"]   # K = 300: m <= 300 / 50
-    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, roles=roles, top_k=top_k)
+    cols, factors = backtest_hardness(ss, method="count", params={})
+    assert factors.tolist() == [4] * 4                     # K = 300: quarters keep 75 top scores
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
     write_hardness(est, ss, tmp_path / "h.parquet", None, bt, {"per_factor": 4, "seed": 1})
     back, info = read_hardness(tmp_path / "h.parquet")
     got = info["backtest"]
     np.testing.assert_array_equal(got.columns, cols)
-    assert got.column_factors.tolist() == factors.tolist() and got.top_k.tolist() == top_k.tolist()
-    assert info["schema_version"] == 3 and got.factors(back) == [4]
+    assert got.column_factors.tolist() == factors.tolist()
+    assert info["schema_version"] == 3 and got.factors(back) == [4]          # no replicates: no factor 2
     # metadata that no longer matches the columns: one line naming the column, not a traceback
     t = pq.read_table(tmp_path / "h.parquet")
     md = dict(t.schema.metadata)

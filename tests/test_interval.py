@@ -113,7 +113,7 @@ def test_backtest_shares_are_disjoint_uniform_sub_samples():
     # disjoint: no share's count exceeds what the sample has, and their sum stays within it
     total = np.sum([s.pos_counts for s in shares], axis=0)
     assert np.all(total <= ss.pos_counts) and np.all(sizes.sum(axis=0) <= ss.n_sampled)
-    assert max_factor(ss) == 16                                             # K / m >= 50 caps it (800 / 16)
+    assert max_factor(ss) == 4 and max_factor(ss, (4, 8, 16, 32)) == 16     # K / m >= 50 caps it (800 / 16)
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +133,14 @@ def test_backtest_widens_the_interval_of_a_biased_estimator_until_it_covers(bias
     truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=3).mean())
     est = estimate(ss, "sdm")
     est = replace(est, replicates=hardness_replicates(ss, method="sdm", params=est.params, splits=2))
-    cols, factors, roles, top_k = backtest_hardness(ss, method="sdm", params=est.params, factors=(4, 8), per_factor=2)
-    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, roles=roles, top_k=top_k)
+    cols, factors = backtest_hardness(ss, method="sdm", params=est.params, per_factor=2)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
     (pq, lo0, hi0, none), = predicted_intervals(est, [("AP", 1000, n)])
     (_, lo, hi, b), = predicted_intervals(est, [("AP", 1000, n)], backtest=bt)
     assert none is None and not lo0 <= truth <= hi0           # the replicates alone miss: bias, not spread
     assert pq.mean() - truth < -0.01 and b.at_n < -0.01        # the back-test sees the bias, its sign included
-    assert b.factor == 8 and b.shares == 2                     # f = 10 beyond the largest factor: from 8
-    assert lo < lo0 and hi > hi0 and lo <= truth <= hi
+    assert b.factor == 4 and b.shares == 2                     # f = 10 beyond the largest factor: from 4
+    assert lo == lo0 and hi > hi0 and lo <= truth <= hi         # widened toward the truth only, and covers
 
 
 def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
@@ -151,17 +151,19 @@ def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
     ss = sim.sample(sim.simulate(spec, seed=5), 100_000, k=400, seed=5)
     write_sample_stats(ss, tmp_path / "s.parquet")
     summary = api.estimate(tmp_path / "s.parquet", "evt", out=tmp_path / "h.parquet", replicates=4)
-    assert summary["backtest_factors"] == [2, 4, 8] and summary["fits"] == 1 + 4 + 1 + 2 * 5   # K = 400: m <= 8
+    assert summary["backtest_factors"] == [2, 4] and summary["fits"] == 1 + 4 + 4
     api.register(tmp_path / "h.parquet", tmp_path / "s.parquet", registry=tmp_path / "reg", backbone="b", benchmark="sim")
     q = api.query("mAP@1000 at N=1e7 for b", tmp_path / "reg")["rows"][0]
     p = api.predict(tmp_path / "h.parquet", sizes=[1e7])[0]
     c = api.curve("mAP@1000 for b", "1e6..1e7", points=2, registry=tmp_path / "reg")["series"][0]
     assert c["N"][-1] == 1e7
     assert q["ci_low"] == p["ci_low"] == c["ci_low"][-1] and q["ci_high"] == p["ci_high"] == c["ci_high"][-1]
-    assert q["backtest_factor"] == p["backtest_factor"] == 8 and q["backtest_at_n"] == p["backtest_at_n"]
-    # the back-test term is in it: wider than the replicates alone
+    assert q["backtest_factor"] == p["backtest_factor"] == 4 and q["backtest_at_n"] == p["backtest_at_n"]
+    # the back-test term is in it: wider than the replicates alone, on the side of -e(f)
     est, _ = read_hardness(tmp_path / "h.parquet")
     (_, lo0, hi0, _), = predicted_intervals(est, [("AP", 1000, 1e7)])
     assert q["ci_high"] - q["ci_low"] > hi0 - lo0
+    e = q["backtest_at_n"]
+    assert q["ci_low"] == pytest.approx(min(lo0, lo0 - e)) and q["ci_high"] == pytest.approx(max(hi0, hi0 - e))
     # and N <= S has no back-test term
     assert api.predict(tmp_path / "h.parquet", sizes=[5e4])[0]["backtest_factor"] is None

@@ -51,8 +51,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
     """Estimate hardness from a sample-stats file; write it to ``out`` when given, with
     ``replicates`` hardness replicates (:mod:`rscale.core.replicates`: replicates / 2 half-sample
     splits, 2 estimator fits each; 0: none, and then no benchmark interval) and, with
-    ``backtest``, the back-test's share hardness (:mod:`rscale.core.backtest`: up to 20 fits on
-    1/4..1/64 shares of the sample).
+    ``backtest``, the back-test's share hardness (:mod:`rscale.core.backtest`: 4 fits on the
+    disjoint quarters of the sample; the halves are the replicates).
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
     shape, share of queries whose fitted tail their own largest score rejects (evt methods),
@@ -102,9 +102,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
     from rscale.core.backtest import SEED as BT_SEED
     bt, bt_meta = None, None
     if backtest:
-        cols, factors, roles, top_k = backtest_hardness(ss, method=method, params=est.params,
-                                                        halves=est.replicates is not None)
-        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, roles=roles, top_k=top_k)
+        cols, factors = backtest_hardness(ss, method=method, params=est.params)
+        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
         bt_meta = {"per_factor": PER_FACTOR, "seed": BT_SEED}
     fits = 1 + (0 if est.replicates is None else int(est.replicates.shape[1])) + (0 if bt is None else int(bt.columns.shape[1]))
     secs = time.perf_counter() - t

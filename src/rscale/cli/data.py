@@ -49,7 +49,7 @@ def estimate(
     replicates: int = typer.Option(16, "--replicates", help="Hardness replicates stored for the interval "
                                    "(half of them half-sample splits, 2 fits each; 0: none)."),
     backtest: bool = typer.Option(True, "--backtest/--no-backtest", help="Store the back-test (predicting the "
-                                  "sample from 1/4..1/64 of it, up to 25 fits on the shares) that calibrates the interval."),
+                                  "sample from its quarters: 4 fits) that calibrates the interval."),
     fmt: str = output.format_option(output.TEXT, output.JSON),
 ):
     """Estimate per-positive hardness from a distractor sample, with the replicates every

@@ -15,6 +15,14 @@ replicates (:mod:`rscale.core.replicates`) are uniform halves. Cap (:func:`max_f
 keeps at least :data:`MIN_SUB_SAMPLED` sampled distractors and :data:`MIN_SUB_TOP` top scores
 on its smallest query; a share the estimator refuses ends the grid there.
 
+Why only m = 2 and 4 (chosen on the simulator design set, benchmarks/backtest_rule.py,
+docs/benchmarks.md): a 1/m share keeps only 1/m of the sample's top-K list, so its tail fit sees
+m times fewer excesses than the user's fit; from m = 8 on that handicap, not the extrapolation,
+dominates its error (predicting S from S/64 was off by +0.03 to +0.09 where predicting 64 S from
+S was off by -0.01 to +0.07), and the interval grew 2-4x wider than needed. Cutting the full
+sample's top list to the shares' length to cancel the handicap over-corrected the bounded
+family (measured, dropped).
+
 Query time (:func:`backtest_error`): for any measure, cut-off and mode, each stored share's
 prediction at N = S minus the exact value gives one signed error; e_m is their mean at factor
 m. For a requested factor f = N / S, e(f) is e_m interpolated piecewise-linearly in log m through
@@ -34,8 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FACTORS = (4, 8, 16, 32, 64)
-PER_FACTOR = 4              # disjoint shares re-estimated per factor (<= 20 fits in all)
+FACTORS = (4,)              # with the halves (2): chosen on the simulator design set (module docstring)
+PER_FACTOR = 4              # disjoint shares re-estimated per factor (4 fits)
 MIN_SUB_SAMPLED = 100       # a share keeps at least this many sampled distractors per query
 MIN_SUB_TOP = 50            # ... and this many top scores (the tail fit needs excesses)
 SEED = 2029
@@ -63,67 +71,50 @@ def disjoint_shares(ss, m: int, count: int, seed: int = SEED) -> list:
 
 
 def backtest_hardness(ss, *, method: str, params: dict, factors=FACTORS, per_factor: int = PER_FACTOR,
-                      seed: int = SEED, halves: bool = True):
-    """The back-test's fits: (columns (P, C), factor of each column (C,), role of each column (C,),
-    top-list size of each top-k column (C,), 0 for shares). For every factor m of ``factors``
-    up to :func:`max_factor`: :data:`PER_FACTOR` disjoint 1/m shares (role ``share``) and the
-    full sample cut to the shares' top-list size (role ``top-k``); factor 2 (its shares are the
-    replicates) only its top-k column, when ``halves``. Stops at the first factor the estimator
-    refuses (an RscaleError)."""
+                      seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """((P, C) share hardness, (C,) factor of each column) for every factor of ``factors`` up to
+    :func:`max_factor`, :data:`PER_FACTOR` disjoint shares each. Stops at the first factor the
+    estimator refuses (an RscaleError on a share)."""
     from rscale.core.estimators.methods import estimate as run
     from rscale.core.estimators.methods import stored_params
-    from rscale.core.subsample import subsample_k
     from rscale.errors import RscaleError
 
     kwargs = stored_params(method, params)
     top = max_factor(ss, factors)
-    cols, col_factors, roles, ks = [], [], [], []
-    for m in ([2] if halves and top >= 2 else []) + [f for f in factors if f <= top]:
+    cols, col_factors = [], []
+    for m in (f for f in factors if f <= top):
         try:
-            shares = [] if m == 2 else disjoint_shares(ss, m, per_factor, seed)
-            k_m = int(ss.k // 2) if m == 2 else min(s.k for s in shares)
-            xs = [run(share, method, **kwargs).x for share in shares]
-            xk = run(subsample_k(ss, k_m), method, **kwargs).x
+            xs = [run(share, method, **kwargs).x for share in disjoint_shares(ss, m, per_factor, seed)]
         except RscaleError:
             break
-        cols += xs + [xk]
-        col_factors += [m] * (len(xs) + 1)
-        roles += ["share"] * len(xs) + ["top-k"]
-        ks += [0] * len(xs) + [k_m]
+        cols += xs
+        col_factors += [m] * len(xs)
     if not cols:
-        return np.empty((ss.n_positives, 0)), np.empty(0, dtype=np.int64), np.empty(0, dtype=str), np.empty(0, np.int64)
-    return (np.stack(cols, axis=1), np.asarray(col_factors, dtype=np.int64), np.asarray(roles),
-            np.asarray(ks, dtype=np.int64))
+        return np.empty((ss.n_positives, 0)), np.empty(0, dtype=np.int64)
+    return np.stack(cols, axis=1), np.asarray(col_factors, dtype=np.int64)
 
 
 @dataclass(frozen=True)
 class Backtest:
-    """What a hardness file stores for the back-test: the sample's counts (P,) and the back-test
-    columns (P, C) with, per column, its factor, role (``share`` or ``top-k``) and top-list size.
-    Factor 2's shares are the estimate's replicates."""
+    """What a hardness file stores for the back-test: the sample's counts (P,), the share hardness
+    columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates."""
 
     counts: np.ndarray
     columns: np.ndarray | None = None
     column_factors: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    roles: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=str))
-    top_k: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     def factors(self, est) -> list[int]:
-        """Factors with shares and a top-k column (2 only when ``est`` has replicates)."""
-        out = []
-        for m in sorted({int(m) for m in self.column_factors}):
-            sel = self.column_factors == m
-            has_shares = est.replicates is not None if m == 2 else bool(np.any(self.roles[sel] == "share"))
-            if has_shares and np.any(self.roles[sel] == "top-k"):
-                out.append(m)
-        return out
+        """Stored factors: 2 when ``est`` has replicates and the file a back-test (version 3), and
+        the factors of the share columns."""
+        if self.columns is None:
+            return []
+        return ([2] if est.replicates is not None else []) + sorted({int(m) for m in self.column_factors})
 
 
 @dataclass(frozen=True)
 class BacktestError:
     """e(f) for one measure at factor f, the stored factor nearest f from below (or the largest)
-    with its mean error and share count: 'predicting the sample from 1/m of it was off by e_m'
-    (after the top-list correction)."""
+    with its mean error and share count: 'predicting the sample from 1/m of it was off by e_m'."""
 
     at_n: float
     factor: int
@@ -140,37 +131,31 @@ def sample_metric(est, counts, metric: str, k) -> np.ndarray:
     return law.per_query(h, metric, s_ref, k, "plugin")
 
 
-def _mean_metric(est, x, metric, k, mode, n_factor: float) -> float:
-    """Mean metric of hardness ``x`` for galleries of n_factor x S_q distractors per query."""
+def _mean_metric(est, x, metric, k, mode) -> float:
+    """Mean metric of hardness ``x`` for a gallery of S_q distractors per query (x S_q / S_ref at
+    N = S_ref: the plug-in rank j + S_q x)."""
     from rscale.core import law
     s_ref = float(np.max(est.n_sampled))
     scale = np.repeat(est.n_sampled / s_ref, np.diff(est.offsets))
     xx = x if np.all(scale == 1.0) else np.clip(x * scale, 0.0, 1.0)
     h = law.Hardness.from_flat(np.ascontiguousarray(xx), est.offsets)
-    return float(law.per_query(h, metric, n_factor * s_ref, k, mode).mean())
+    return float(law.per_query(h, metric, s_ref, k, mode).mean())
 
 
-def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int, corrected: bool = True) -> np.ndarray:
-    """Signed errors of every stored share at factor m: its prediction at N = S minus the exact
-    value, less the top-list correction (the full sample cut to the shares' top-list size,
-    predicted at N = m S, minus the estimate's own prediction there) when ``corrected``."""
+def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int) -> np.ndarray:
+    """Signed errors of every stored share at factor m: its prediction at N = S minus the exact value."""
     from rscale.core.prediction import resolve_mode
     mode = resolve_mode(metric, mode)
     truth = float(sample_metric(est, bt.counts, metric, k).mean())
-    sel = bt.column_factors == m
     if m == 2:
         cols = [est.replicates[:, j] for j in range(est.replicates.shape[1])]
     else:
-        cols = [bt.columns[:, j] for j in np.flatnonzero(sel & (bt.roles == "share"))]
-    errs = np.array([_mean_metric(est, x, metric, k, mode, 1.0) for x in cols]) - truth
-    if not corrected:
-        return errs
-    xk = bt.columns[:, np.flatnonzero(sel & (bt.roles == "top-k"))[0]]
-    return errs - (_mean_metric(est, xk, metric, k, mode, float(m)) - _mean_metric(est, est.x, metric, k, mode, float(m)))
+        cols = [bt.columns[:, j] for j in np.flatnonzero(bt.column_factors == m)]
+    return np.array([_mean_metric(est, x, metric, k, mode) for x in cols]) - truth
 
 
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,
-                   cache: dict | None = None, corrected: bool = True) -> BacktestError | None:
+                   cache: dict | None = None) -> BacktestError | None:
     """e(f) at extrapolation factor ``factor`` = N / S (module docstring); None when nothing is
     stored to back-test with or ``factor`` <= 1. ``cache`` (a dict) keeps each factor's errors
     across calls on the same estimate (a curve asks for many N)."""
@@ -190,9 +175,9 @@ def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: fl
     errs = {}
     for m in (lo, hi):
         if m is not None:
-            key = (metric, k, mode, m, corrected)
+            key = (metric, k, mode, m)
             if key not in cache:
-                cache[key] = factor_errors(est, bt, metric, k, mode, m, corrected)
+                cache[key] = factor_errors(est, bt, metric, k, mode, m)
             errs[m] = cache[key]
     mean = {m: float(e.mean()) for m, e in errs.items()}
     lf = np.log(factor)

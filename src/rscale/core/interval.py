@@ -17,10 +17,13 @@ Two targets, named on every row by ``ci_kind``:
 
 The back-test (:mod:`rscale.core.backtest`) adds what the replicates cannot carry, the
 estimator's error at the cell's extrapolation factor measured on the sample itself: e(f) per
-cell. It enters both kinds the same way, in quadrature with the replicate term:
-half = sqrt((t sd)^2 + e(f)^2), symmetric (the rule chosen on the simulator design set among
-quadrature, a shift by e(f) and the union of the shifted and unshifted intervals:
-benchmarks/backtest_rule.py, docs/benchmarks.md).
+cell (a signed metric error, prediction minus truth). It enters both kinds the same way, as the
+union of the interval around v and the same interval around v - e(f):
+lo = min(v, v - e) - half_lo, hi = max(v, v - e) + half_hi. The interval reaches toward where
+the back-test says the truth lies, by as much as it says, and keeps the point v (a back-test
+correction of the point measured worse on the simulator). The rule was chosen on the simulator
+design set among quadrature (sqrt((t sd)^2 + e^2) each side), a shift to v - e, and this union
+(benchmarks/backtest_rule.py, docs/benchmarks.md).
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there). A hardness without
 replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
@@ -80,7 +83,7 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
     (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
-    back-test error e(f) (0 or NaN: none), added in quadrature to the replicate term."""
+    back-test error e(f) (NaN: none); the interval is the union of those around v and v - e."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -98,18 +101,18 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
         half = _t_quantile(level, pairs.shape[1]) * sd
     else:
         half = np.full(value.shape, np.nan)
-    if backtest is not None:
-        half = np.hypot(half, np.nan_to_num(np.asarray(backtest, dtype=np.float64)))
+    e = np.zeros(value.shape) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
+    low_end, high_end = value - np.maximum(e, 0.0), value - np.minimum(e, 0.0)    # min(v, v - e), max(v, v - e)
     if ci_kind == "benchmark":
-        lo, hi = value - half, value + half
+        lo, hi = low_end - half, high_end + half
     else:
         if not bootstrap:
             lo = hi = np.full(value.shape, np.nan)
         else:
             b_lo, b_hi = percentile_ci(query_bootstrap(pq, bootstrap, seed), level)
             rep = np.nan_to_num(half)
-            lo = value - np.hypot(value - b_lo, rep)
-            hi = value + np.hypot(b_hi - value, rep)
+            lo = low_end - np.hypot(value - b_lo, rep)
+            hi = high_end + np.hypot(b_hi - value, rep)
     return value, np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
 
 

@@ -19,9 +19,8 @@ backtest          list<float64>      C back-test share hardness (version 3; rsca
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
 splits, tail_draws, seed). Version 3 adds ``backtest`` (fixed-size list, C per row: the
-re-estimated disjoint 1/m shares of the sample and the full sample cut to their top-list size) and ``rscale.backtest`` (JSON: ``factors``, ``roles``
-and ``top_k``, one per column: its m, ``share`` or ``top-k``, the top-list size of a top-k fit;
-``per_factor``, ``seed``). Versions 1 and 2 are still read (no back-test term).
+re-estimated disjoint 1/m shares of the sample) and ``rscale.backtest`` (JSON: ``factors``, the m
+of each column; ``per_factor``, ``seed``). Versions 1 and 2 are still read (no back-test term).
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
@@ -79,8 +78,7 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
     if backtest is not None and backtest.columns is not None and backtest.columns.shape[1]:
         cols["backtest"] = pa.FixedSizeListArray.from_arrays(
             pa.array(backtest.columns.astype(np.float64).ravel()), backtest.columns.shape[1])
-        backtest_meta = {**(backtest_meta or {}), "factors": [int(m) for m in backtest.column_factors],
-                         "roles": [str(r) for r in backtest.roles], "top_k": [int(k) for k in backtest.top_k]}
+        backtest_meta = {**(backtest_meta or {}), "factors": [int(m) for m in backtest.column_factors]}
     else:
         backtest_meta = None
     table = pa.table(cols)
@@ -206,11 +204,9 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     if version >= 3 and "backtest" in table.column_names:
         col = table.column("backtest").combine_chunks()
         backtest_meta = meta_object(md, path, "rscale.backtest") if "rscale.backtest" in md else {}
-        factors, roles, top_k = (backtest_meta.get(key) for key in ("factors", "roles", "top_k"))
-        if not pa.types.is_fixed_size_list(col.type) or not all(isinstance(v, list) and len(v) == col.type.list_size
-                                                                for v in (factors, roles, top_k)) \
-                or not all(isinstance(m, int) and m >= 2 for m in factors) \
-                or not all(r in ("share", "top-k") for r in roles):
+        factors = backtest_meta.get("factors")
+        if not pa.types.is_fixed_size_list(col.type) or not isinstance(factors, list) \
+                or len(factors) != col.type.list_size or not all(isinstance(m, int) and m > 2 for m in factors):
             raise FormatError("the back-test columns do not match their factors (rscale.backtest)", path=path,
                               column="backtest", hint="re-run 'rscale estimate' to rewrite it")
         backtest_cols = numeric(col.flatten(), np.float64).reshape(n_rows, col.type.list_size)
@@ -231,8 +227,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     from rscale.core.backtest import Backtest
     counts = _numbers(table, "count", np.int64, path)
     backtest = Backtest(counts=counts) if backtest_cols is None else Backtest(
-        counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64),
-        roles=np.asarray(backtest_meta["roles"]), top_k=np.asarray(backtest_meta["top_k"], dtype=np.int64))
+        counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64))
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"),
             "counts": counts, "backtest": backtest,
             "meta": meta_object(md, path), "path": path, "schema_version": version,
