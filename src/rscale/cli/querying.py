@@ -44,7 +44,8 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
             if r.get("backtest_factor"):
                 typer.echo(f"back-test, {r['backbone']}@{r['version']} {r['measure']} at N={r['N']:.3g}: predicting the "
                            f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; at "
-                           f"{r['extrapolation']:.3g}x the interval carries {r['backtest_at_n']:+.4f} for it")
+                           f"{r['extrapolation']:.3g}x that is {r['backtest_at_n']:+.4f}, and the interval reaches "
+                           f"{abs(r['backtest_at_n']):.4f} {'below' if r['backtest_at_n'] > 0 else 'above'} the value for it")
     for w in ans["warnings"]:
         output.warn(w)
 
