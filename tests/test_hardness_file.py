@@ -97,3 +97,18 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
     with pytest.raises(FormatError, match="back-test columns do not match") as err:
         read_hardness(tmp_path / "bad.parquet")
     assert err.value.column == "backtest"
+
+
+def test_a_sample_too_small_for_quarters_keeps_its_halves_back_test(tmp_path):
+    # regression: with no share column to store, the file used to say nothing of the back-test,
+    # and the halves' factor 2 was lost (the real set's 1% draws had no back-test term)
+    from rscale import api
+    from rscale.store.sample_stats_file import write_sample_stats
+    small = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=4), 100_000, k=150, seed=4)
+    write_sample_stats(small, tmp_path / "s.parquet")
+    summary = api.estimate(tmp_path / "s.parquet", "count", out=tmp_path / "h.parquet", replicates=4)
+    assert summary["backtest_factors"] == [2] and summary["fits"] == 5           # K / 4 = 37 < 50: no quarters
+    est, info = read_hardness(tmp_path / "h.parquet")
+    assert info["backtest"].factors(est) == [2] and info["backtest"].columns.shape == (small.n_positives, 0)
+    row = api.predict(tmp_path / "h.parquet", sizes=[1e6])[0]
+    assert row["backtest_factor"] == 2

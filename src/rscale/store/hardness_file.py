@@ -75,9 +75,10 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
     if est.replicates is not None:
         cols["replicates"] = pa.FixedSizeListArray.from_arrays(
             pa.array(est.replicates.astype(np.float64).ravel()), est.replicates.shape[1])
-    if backtest is not None and backtest.columns is not None and backtest.columns.shape[1]:
-        cols["backtest"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(backtest.columns.astype(np.float64).ravel()), backtest.columns.shape[1])
+    if backtest is not None and backtest.columns is not None:
+        if backtest.columns.shape[1]:      # none: only the halves (the replicates) back-test, said by the metadata
+            cols["backtest"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(backtest.columns.astype(np.float64).ravel()), backtest.columns.shape[1])
         backtest_meta = {**(backtest_meta or {}), "factors": [int(m) for m in backtest.column_factors]}
     else:
         backtest_meta = None
@@ -201,15 +202,17 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
             raise FormatError("a hardness replicate is outside [0, 1]", path=path, column="replicates",
                               row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     backtest_cols, backtest_meta = None, {}
-    if version >= 3 and "backtest" in table.column_names:
-        col = table.column("backtest").combine_chunks()
+    if version >= 3 and ("backtest" in table.column_names or "rscale.backtest" in md):
         backtest_meta = meta_object(md, path, "rscale.backtest") if "rscale.backtest" in md else {}
         factors = backtest_meta.get("factors")
-        if not pa.types.is_fixed_size_list(col.type) or not isinstance(factors, list) \
-                or len(factors) != col.type.list_size or not all(isinstance(m, int) and m > 2 for m in factors):
+        col = table.column("backtest").combine_chunks() if "backtest" in table.column_names else None
+        width = 0 if col is None else col.type.list_size if pa.types.is_fixed_size_list(col.type) else -1
+        if not isinstance(factors, list) or len(factors) != width or not all(isinstance(m, int) and m > 2
+                                                                            for m in factors):
             raise FormatError("the back-test columns do not match their factors (rscale.backtest)", path=path,
                               column="backtest", hint="re-run 'rscale estimate' to rewrite it")
-        backtest_cols = numeric(col.flatten(), np.float64).reshape(n_rows, col.type.list_size)
+        backtest_cols = (np.empty((n_rows, 0)) if col is None
+                         else numeric(col.flatten(), np.float64).reshape(n_rows, width))
         bad = np.flatnonzero(~np.all(np.isfinite(backtest_cols) & (backtest_cols >= 0) & (backtest_cols <= 1), axis=1))
         if bad.size:
             raise FormatError("a back-test hardness is outside [0, 1]", path=path, column="backtest",
