@@ -167,3 +167,27 @@ def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
     assert q["ci_low"] == pytest.approx(min(lo0, lo0 - e)) and q["ci_high"] == pytest.approx(max(hi0, hi0 - e))
     # and N <= S has no back-test term
     assert api.predict(tmp_path / "h.parquet", sizes=[5e4])[0]["backtest_factor"] is None
+
+
+def test_backtest_error_is_piecewise_linear_in_log_m_and_proportional_beyond_the_grid():
+    from rscale.core.backtest import Backtest, backtest_error, factor_errors
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(8)
+    offsets = np.arange(0, 121, 3)                                    # 40 queries, 3 positives each
+    x = rng.uniform(0, 1e-3, 120)
+    est = HardnessEstimate(method="count", x=x, offsets=offsets, rule=np.array(["count"] * 120),
+                           n_sampled=np.full(40, 10_000), replicates=np.clip(x[:, None] * rng.uniform(0.5, 1.5, (120, 4)), 0, 1))
+    bt = Backtest(counts=rng.integers(0, 12, 120), columns=np.clip(x[:, None] * rng.uniform(0.3, 1.2, (120, 4)), 0, 1),
+                  column_factors=np.array([4, 4, 4, 4]))
+    e2, e4 = (float(factor_errors(est, bt, "AP", 100, None, m).mean()) for m in (2, 4))
+    at = {f: backtest_error(est, bt, "AP", 100, None, factor=f) for f in (1.0, 1.5, 3.0, 20.0)}
+    assert at[1.0] is None                                            # N <= S: no term
+    assert at[1.5].at_n == pytest.approx(e2 * np.log(1.5) / np.log(2)) and at[1.5].factor == 2
+    assert at[3.0].at_n == pytest.approx(e2 + (e4 - e2) * np.log(1.5) / np.log(2)) and at[3.0].error == pytest.approx(e2)
+    assert at[20.0].at_n == pytest.approx(e4 * np.log(20) / np.log(4)) and (at[20.0].factor, at[20.0].shares) == (4, 4)
+    # the interval is the union of the replicate interval around v and around v - e
+    point = rng.uniform(0.3, 0.6, (2, 40))
+    reps = point[:, None, :] + rng.normal(0, 0.01, (2, 4, 40))
+    v, lo0, hi0 = metric_intervals(point, reps)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([0.02, -0.03]))
+    assert lo == pytest.approx([lo0[0] - 0.02, lo0[1]]) and hi == pytest.approx([hi0[0], hi0[1] + 0.03])
