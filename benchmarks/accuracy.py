@@ -9,6 +9,7 @@ table in docs/benchmarks.md. --set holdout / fresh / fresh2 / fresh3 / fresh4 ru
 made before them (see their comments).
 
 Run: .venv/bin/python benchmarks/accuracy.py [--draws 3] [--quick] [--set design|holdout|fresh|fresh2|fresh3|fresh4] [--write]
+     [--shipped-only]   (evt and the interval users get: estimate with replicates and back-test, register, query)
 """
 
 from __future__ import annotations
