@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,24 +18,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-
-def median_time(fn, repeat=20):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from _timing import median_of
 
 
 def timed(cmd, env, repeat=5):
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(cmd, env=env, check=True, capture_output=True)
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    """Median wall time of running ``cmd`` (a fresh process each time)."""
+    return median_of(lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), repeat)[0]
 
 
 def main():
@@ -76,26 +63,26 @@ def main():
     t0 = time.perf_counter()
     api.query(q, reg, bootstrap=0)   # first query of a process: opens the catalog, decodes Parquet
     t_first = time.perf_counter() - t0
-    t_uncached = median_time(lambda: (clear_caches(), api.query(q, reg, bootstrap=0)), repeat=10)
+    t_uncached, _ = median_of(lambda: (clear_caches(), api.query(q, reg, bootstrap=0)), repeat=10)
     from rscale.store.registry import Registry
     v = Registry(reg).get("speed")
     blob = Registry(reg).blob_path(v.hardness)
     from hashlib import sha256
-    t_hash = median_time(lambda: sha256(blob.read_bytes()).hexdigest(), repeat=20)
-    t_query = median_time(lambda: api.query(q, reg, bootstrap=200, ci_kind="population"))
-    t_point = median_time(lambda: api.query(q, reg, bootstrap=0, ci_kind="population"))
-    t_bench = median_time(lambda: api.query(q, reg))
-    # the first benchmark query of a decoded table also computes the back-test's errors (21 law
+    t_hash, _ = median_of(lambda: sha256(blob.read_bytes()).hexdigest(), repeat=20)
+    t_query, _ = median_of(lambda: api.query(q, reg, bootstrap=200, ci_kind="population"))
+    t_point, _ = median_of(lambda: api.query(q, reg, bootstrap=0, ci_kind="population"))
+    t_bench, _ = median_of(lambda: api.query(q, reg))
+    # the first benchmark query of a decoded table also computes the back-test's errors (law
     # evaluations at N = S); later ones reuse them (kept with the registry-cached table)
     from rscale.core.backtest import backtest_error
     from rscale.store.hardness_file import read_hardness
     est_f, info_f = read_hardness(h)                      # writable arrays: nothing kept between calls
-    t_bench_first = median_time(lambda: backtest_error(est_f, info_f["backtest"], "AP", 1000, None, factor=20.0),
-                                repeat=5)
+    t_bench_first, _ = median_of(lambda: backtest_error(est_f, info_f["backtest"], "AP", 1000, None, factor=20.0),
+                                 repeat=5)
     from rscale.core.law import Hardness, map_at_k
     hh = Hardness.from_flat(est.x, est.offsets)
-    t_law = median_time(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
-    t_query_1000 = median_time(lambda: api.query(q, reg, bootstrap=1000, ci_kind="population"))
+    t_law, _ = median_of(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
+    t_query_1000, _ = median_of(lambda: api.query(q, reg, bootstrap=1000, ci_kind="population"))
     env = {**os.environ, "RSCALE_REGISTRY": str(reg)}
     py = sys.executable
     t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"], env)
@@ -114,7 +101,7 @@ def main():
     print(f"sha256 of the hardness blob ({blob.stat().st_size / 1e6:.1f} MB)          {t_hash * 1e3:8.1f} ms")
     print(f"in process, api.query, population --bootstrap 0 (cached){t_point * 1e3:7.1f} ms")
     print(f"in process, api.query, benchmark interval (16 replicates + back-test, the default) {t_bench * 1e3:6.1f} ms")
-    print(f"  the back-test's errors for one measure (once per decoded table: 21 law evaluations) {t_bench_first * 1e3:6.1f} ms")
+    print(f"  the back-test's errors for one measure (once per decoded table: 5 law evaluations at 20x) {t_bench_first * 1e3:6.1f} ms")
     print(f"in process, api.query, population (200 bootstrap resamples)  {t_query * 1e3:8.1f} ms")
     print(f"in process, api.query, population (1000 bootstrap resamples) {t_query_1000 * 1e3:8.1f} ms")
     print(f"cold: python -c 'import duckdb, pyarrow.parquet'   {t_floor * 1e3:8.0f} ms (floor)")
