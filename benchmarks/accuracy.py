@@ -9,6 +9,7 @@ table in docs/benchmarks.md. --set holdout / fresh / fresh2 / fresh3 / fresh4 ru
 made before them (see their comments).
 
 Run: .venv/bin/python benchmarks/accuracy.py [--draws 3] [--quick] [--set design|holdout|fresh|fresh2|fresh3|fresh4] [--write]
+     [--shipped-only]   (evt and the interval users get: estimate with replicates and back-test, register, query)
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ def main(argv=None):
     ap.add_argument("--fractions", default=None, help="comma-separated web-scale fractions (default 0.01,0.02,0.05,0.1)")
     ap.add_argument("--no-pool", action="store_true", help="skip the small-pool (1M) cells")
     ap.add_argument("--core", action="store_true", help="only count, sdm, evt-paper and evt (default)")
+    ap.add_argument("--shipped-only", action="store_true", help="only evt (default) and its shipped intervals "
+                    "(estimate with replicates and back-test, register, query)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     ap.add_argument("--set", dest="which", choices=list(SETS), default="design",
                     help="scenario set: design (every estimator), holdout, fresh, fresh2, fresh3, fresh4 (the evt variants only: "
@@ -208,6 +211,8 @@ def main(argv=None):
     if args.core:
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("count", "sdm (skew-normal)", "evt-paper (plugin)",
                                                        "evt (default, plugin)")]
+    if args.shipped_only:
+        ESTIMATORS = [e for e in ESTIMATORS if e[0] == "evt (default, plugin)"]
     n_big, pool = 1e8, 1e6
     cells = []
     scenarios, seed_offset = SETS[args.which]

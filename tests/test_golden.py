@@ -23,6 +23,8 @@ DIGESTS = {
     "hardness_v1.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "hardness_v2.parquet": "sha256:d13cb0e47b1af6de7cc9633d06d72ea2491b4abccd22013fcce74d3886e9bd25",
     "hardness_v2.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
+    "hardness_v3.parquet": "sha256:9b3eee7c2006fa252602bd678bca3e19dc274765602a3a9eeed6170a2b5ea20c",
+    "hardness_v3.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
     "descriptors_v1/recipe.json": "sha256:14adcc5902c2cc596f021e2a0c79786563d27b29d50ecc1be25b2d514faa2e0e",
@@ -91,6 +93,21 @@ def test_hardness_v2_carries_its_replicates_and_v1_has_none():
     assert v2.replicates[1].tolist() == [0.0006364282263224925, 0.00254571290528997, 0.001018285162115988,
                                          0.0015910705658062313]
     assert v2.replicates[:, 1].tolist() == [min(2 * x, 1.0) for x in v1.x.tolist()]
+
+
+def test_hardness_v3_carries_its_backtest_and_older_versions_read_without_one():
+    v1, info1 = read_hardness(GOLDEN / "hardness_v1.parquet")
+    v2, info2 = read_hardness(GOLDEN / "hardness_v2.parquet")
+    v3, info3 = read_hardness(GOLDEN / "hardness_v3.parquet")
+    assert info3["schema_version"] == 3 and v3.x.tolist() == v1.x.tolist()
+    assert v3.replicates.tolist() == v2.replicates.tolist()
+    bt = info3["backtest"]
+    assert bt.column_factors.tolist() == [4, 4, 8, 8] and bt.columns.shape == (8, 4)
+    assert bt.columns[:, 1].tolist() == [min(1.4 * x, 1.0) for x in v1.x.tolist()]
+    assert bt.counts.tolist() == [0, 1, 15, 0, 22, 0, 2, 15] and bt.factors(v3) == [2, 4, 8]
+    # older versions: the counts alone, no back-test term (a v2 file's halves are not used alone)
+    assert info1["backtest"].columns is None and info1["backtest"].factors(v1) == []
+    assert info2["backtest"].columns is None and info2["backtest"].factors(v2) == []
 
 
 def test_descriptor_set_v1_manifest_and_shards(tmp_path):

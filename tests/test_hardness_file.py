@@ -71,3 +71,44 @@ def test_estimate_output_is_byte_deterministic(tmp_path, ss):
     api.estimate(s, "evt", params=(), out=tmp_path / "a.parquet")
     api.estimate(s, "evt", params=(), out=tmp_path / "b.parquet")
     assert sha256_file(tmp_path / "a.parquet") == sha256_file(tmp_path / "b.parquet")
+
+
+def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
+    import json
+
+    from rscale.core.backtest import Backtest, backtest_hardness
+    est = estimate(ss, "count")
+    cols, factors = backtest_hardness(ss, method="count", params={})
+    assert factors.tolist() == [4] * 4                     # K = 300: quarters keep 75 top scores
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
+    write_hardness(est, ss, tmp_path / "h.parquet", None, bt, {"per_factor": 4, "seed": 1})
+    back, info = read_hardness(tmp_path / "h.parquet")
+    got = info["backtest"]
+    np.testing.assert_array_equal(got.columns, cols)
+    assert got.column_factors.tolist() == factors.tolist()
+    assert info["schema_version"] == 3 and got.factors(back) == [4]          # no replicates: no factor 2
+    # metadata that no longer matches the columns: one line naming the column, not a traceback
+    t = pq.read_table(tmp_path / "h.parquet")
+    md = dict(t.schema.metadata)
+    meta = json.loads(md[b"rscale.backtest"])
+    meta["factors"] = meta["factors"][:-1]
+    md[b"rscale.backtest"] = json.dumps(meta).encode()
+    pq.write_table(t.replace_schema_metadata(md), tmp_path / "bad.parquet")
+    with pytest.raises(FormatError, match="back-test columns do not match") as err:
+        read_hardness(tmp_path / "bad.parquet")
+    assert err.value.column == "backtest"
+
+
+def test_a_sample_too_small_for_quarters_keeps_its_halves_back_test(tmp_path):
+    # regression: with no share column to store, the file used to say nothing of the back-test,
+    # and the halves' factor 2 was lost (the real set's 1% draws had no back-test term)
+    from rscale import api
+    from rscale.store.sample_stats_file import write_sample_stats
+    small = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=4), 100_000, k=150, seed=4)
+    write_sample_stats(small, tmp_path / "s.parquet")
+    summary = api.estimate(tmp_path / "s.parquet", "count", out=tmp_path / "h.parquet", replicates=4)
+    assert summary["backtest_factors"] == [2] and summary["fits"] == 5           # K / 4 = 37 < 50: no quarters
+    est, info = read_hardness(tmp_path / "h.parquet")
+    assert info["backtest"].factors(est) == [2] and info["backtest"].columns.shape == (small.n_positives, 0)
+    row = api.predict(tmp_path / "h.parquet", sizes=[1e6])[0]
+    assert row["backtest_factor"] == 2

@@ -60,7 +60,7 @@ def test_replicate_spread_matches_the_spread_over_independent_samples():
         ss = sim.sample(bench, 200_000, k=400, seed=100 + seed)
         est = estimate(ss, "count")
         est = replace(est, replicates=hardness_replicates(ss, method="count", params={}, splits=6, seed=seed))
-        (pq, lo, hi), = predicted_intervals(est, [("AP", 1000, 1e6)])
+        (pq, lo, hi, _), = predicted_intervals(est, [("AP", 1000, 1e6)])
         preds.append(pq.mean())
         sds.append((hi - lo) / 2 / student_t.ppf(0.975, 6))
     spread = np.std(preds, ddof=1)
@@ -71,3 +71,123 @@ def test_replicate_spread_matches_the_spread_over_independent_samples():
 def test_t_quantile_matches_scipy(p, df):
     from rscale.core.interval import t_quantile
     assert t_quantile(p, df) == pytest.approx(student_t.ppf(p, df), rel=1e-9)
+
+
+# -- the back-test (rscale.core.backtest) ------------------------------------------------------
+
+def _brute_force_metrics(distractors, positives, k):
+    """AP@k, RR and R@k of one query in a gallery of exactly these distractor scores: the
+    gallery sorted by score, a distractor tied with a positive ranked above it."""
+    items = sorted([(-s, 0) for s in distractors] + [(-s, 1) for s in positives])
+    ranks = [i + 1 for i, (_, is_pos) in enumerate(items) if is_pos]
+    ap = sum(j / r for j, r in enumerate(ranks, 1) if r <= k) / min(k, len(ranks))
+    return ap, 1.0 / ranks[0], float(ranks[0] <= k)
+
+
+def test_backtest_truth_is_the_exact_metric_of_a_gallery_equal_to_the_sample():
+    from rscale.core.backtest import sample_metric
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(4)
+    sizes, n_pos = [30, 25, 30, 12], [3, 1, 4, 2]     # per-query S differ: c / S_ref still gives rank j + c
+    counts, want = [], {m: [] for m in ("AP", "RR", "R")}
+    for s, p in zip(sizes, n_pos):
+        d = rng.integers(0, 12, s) / 12.0              # coarse scores: ties between positives and distractors
+        pos = np.sort(rng.integers(0, 12, p) / 12.0)[::-1]
+        counts += [int((d >= x).sum()) for x in pos]
+        for metric, value in zip(("AP", "RR", "R"), _brute_force_metrics(d, pos, k=5)):
+            want[metric].append(value)
+    offsets = np.concatenate([[0], np.cumsum(n_pos)])
+    est = HardnessEstimate(method="count", x=np.zeros(offsets[-1]), offsets=offsets,
+                           rule=np.array(["count"] * offsets[-1]), n_sampled=np.array(sizes))
+    for metric, k in (("AP", 5), ("RR", None), ("R", 5)):                 # RR without a cut-off
+        np.testing.assert_allclose(sample_metric(est, np.array(counts), metric, k), want[metric], atol=1e-12)
+
+
+def test_backtest_shares_are_disjoint_uniform_sub_samples():
+    from rscale.core.backtest import disjoint_shares, max_factor
+    spec = SimSpec(name="t", family="gaussian", n_queries=40, hardness=HardnessLaw("loguniform", 1.0, 1e-9, 1e-2))
+    ss = sim.sample(sim.simulate(spec, seed=2), 80_000, k=800, seed=2)
+    shares = disjoint_shares(ss, 8, 4, seed=1)
+    sizes = np.stack([s.n_sampled for s in shares])
+    assert np.all(np.abs(sizes / (ss.n_sampled / 8) - 1) < 0.05)          # each about S / 8
+    # disjoint: no share's count exceeds what the sample has, and their sum stays within it
+    total = np.sum([s.pos_counts for s in shares], axis=0)
+    assert np.all(total <= ss.pos_counts) and np.all(sizes.sum(axis=0) <= ss.n_sampled)
+    assert max_factor(ss) == 4 and max_factor(ss, (4, 8, 16, 32)) == 16     # K / m >= 50 caps it (800 / 16)
+
+
+@pytest.fixture(scope="module")
+def biased_sample():
+    """A small gaussian benchmark where sdm (a skew-normal fit to the top of the law) is biased low
+    at N = 10 S, by more than its half-sample spread."""
+    spec = SimSpec(name="t", family="gaussian", n_queries=60,
+                   hardness=HardnessLaw("loguniform", 1.0, 1e-9, 1e-2, immune=0.02))
+    bench = sim.simulate(spec, seed=1)
+    return bench, sim.sample(bench, 100_000, k=800, seed=3)
+
+
+def test_backtest_widens_the_interval_of_a_biased_estimator_until_it_covers(biased_sample):
+    from rscale.core.backtest import Backtest, backtest_hardness
+    bench, ss = biased_sample
+    n = 1e6
+    truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=3).mean())
+    est = estimate(ss, "sdm")
+    est = replace(est, replicates=hardness_replicates(ss, method="sdm", params=est.params, splits=2))
+    cols, factors = backtest_hardness(ss, method="sdm", params=est.params, per_factor=2)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
+    (pq, lo0, hi0, none), = predicted_intervals(est, [("AP", 1000, n)])
+    (_, lo, hi, b), = predicted_intervals(est, [("AP", 1000, n)], backtest=bt)
+    assert none is None and not lo0 <= truth <= hi0           # the replicates alone miss: bias, not spread
+    assert pq.mean() - truth < -0.01 and b.at_n < -0.01        # the back-test sees the bias, its sign included
+    assert b.factor == 4 and b.shares == 2                     # f = 10 beyond the largest factor: from 4
+    assert lo == lo0 and hi > hi0 and lo <= truth <= hi         # widened toward the truth only, and covers
+
+
+def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
+    from rscale import api
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.sample_stats_file import write_sample_stats
+    spec = SimSpec(name="t", family="gaussian", n_queries=50, hardness=HardnessLaw("loguniform", 1.0, 1e-9, 1e-2))
+    ss = sim.sample(sim.simulate(spec, seed=5), 100_000, k=400, seed=5)
+    write_sample_stats(ss, tmp_path / "s.parquet")
+    summary = api.estimate(tmp_path / "s.parquet", "evt", out=tmp_path / "h.parquet", replicates=4)
+    assert summary["backtest_factors"] == [2, 4] and summary["fits"] == 1 + 4 + 4
+    api.register(tmp_path / "h.parquet", tmp_path / "s.parquet", registry=tmp_path / "reg", backbone="b", benchmark="sim")
+    q = api.query("mAP@1000 at N=1e7 for b", tmp_path / "reg")["rows"][0]
+    p = api.predict(tmp_path / "h.parquet", sizes=[1e7])[0]
+    c = api.curve("mAP@1000 for b", "1e6..1e7", points=2, registry=tmp_path / "reg")["series"][0]
+    assert c["N"][-1] == 1e7
+    assert q["ci_low"] == p["ci_low"] == c["ci_low"][-1] and q["ci_high"] == p["ci_high"] == c["ci_high"][-1]
+    assert q["backtest_factor"] == p["backtest_factor"] == 4 and q["backtest_at_n"] == p["backtest_at_n"]
+    # the back-test term is in it: wider than the replicates alone, on the side of -e(f)
+    est, _ = read_hardness(tmp_path / "h.parquet")
+    (_, lo0, hi0, _), = predicted_intervals(est, [("AP", 1000, 1e7)])
+    assert q["ci_high"] - q["ci_low"] > hi0 - lo0
+    e = q["backtest_at_n"]
+    assert q["ci_low"] == pytest.approx(min(lo0, lo0 - e)) and q["ci_high"] == pytest.approx(max(hi0, hi0 - e))
+    # and N <= S has no back-test term
+    assert api.predict(tmp_path / "h.parquet", sizes=[5e4])[0]["backtest_factor"] is None
+
+
+def test_backtest_error_is_piecewise_linear_in_log_m_and_proportional_beyond_the_grid():
+    from rscale.core.backtest import Backtest, backtest_error, factor_errors
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(8)
+    offsets = np.arange(0, 121, 3)                                    # 40 queries, 3 positives each
+    x = rng.uniform(0, 1e-3, 120)
+    est = HardnessEstimate(method="count", x=x, offsets=offsets, rule=np.array(["count"] * 120),
+                           n_sampled=np.full(40, 10_000), replicates=np.clip(x[:, None] * rng.uniform(0.5, 1.5, (120, 4)), 0, 1))
+    bt = Backtest(counts=rng.integers(0, 12, 120), columns=np.clip(x[:, None] * rng.uniform(0.3, 1.2, (120, 4)), 0, 1),
+                  column_factors=np.array([4, 4, 4, 4]))
+    e2, e4 = (float(factor_errors(est, bt, "AP", 100, None, m).mean()) for m in (2, 4))
+    at = {f: backtest_error(est, bt, "AP", 100, None, factor=f) for f in (1.0, 1.5, 3.0, 20.0)}
+    assert at[1.0] is None                                            # N <= S: no term
+    assert at[1.5].at_n == pytest.approx(e2 * np.log(1.5) / np.log(2)) and at[1.5].factor == 2
+    assert at[3.0].at_n == pytest.approx(e2 + (e4 - e2) * np.log(1.5) / np.log(2)) and at[3.0].error == pytest.approx(e2)
+    assert at[20.0].at_n == pytest.approx(e4 * np.log(20) / np.log(4)) and (at[20.0].factor, at[20.0].shares) == (4, 4)
+    # the interval is the union of the replicate interval around v and around v - e
+    point = rng.uniform(0.3, 0.6, (2, 40))
+    reps = point[:, None, :] + rng.normal(0, 0.01, (2, 4, 40))
+    v, lo0, hi0 = metric_intervals(point, reps)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([0.02, -0.03]))
+    assert lo == pytest.approx([lo0[0] - 0.02, lo0[1]]) and hi == pytest.approx([hi0[0], hi0[1] + 0.03])

@@ -40,7 +40,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(Path(__file__).parent / "data"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--methods", default=",".join(HARDNESS), help="hardness estimators to run (default: all four)")
     a = ap.parse_args(argv)
+    methods = tuple(m for m in a.methods.split(",") if m)
     from rscale.core.estimators.methods import estimate
     from rscale.core.metrics import ap_at_k_from_counts
     from rscale.errors import InvalidArgumentError
@@ -57,7 +59,7 @@ def main(argv=None):
         frac = draw.split("-")[1]
         row = {"draw": draw, "fraction": frac, "S": int(ss.n_sampled[0]), "truth": truth,
                "naive": float(np.mean(ap_at_k_from_counts(ss.pos_counts, ss.pos_offsets, 1000)))}
-        for m in HARDNESS:
+        for m in methods:
             t = time.perf_counter()
             h = tmp / f"{draw}.{m}.parquet"
             cli(["estimate", path, "-m", m, "-o", h, "--format", "json"])
@@ -67,7 +69,8 @@ def main(argv=None):
                 r = out[0] if isinstance(out, list) else out["rows"][0]
                 pre = "" if kind == "benchmark" else "pop_"
                 row[m].update({"value": r["value"], pre + "lo": r["ci_low"], pre + "hi": r["ci_high"],
-                               "ci_kind": r.get("ci_kind", "")})
+                               "ci_kind": r.get("ci_kind", ""), "backtest_at_n": r.get("backtest_at_n"),
+                               "backtest_factor": r.get("backtest_factor"), "backtest_error": r.get("backtest_error")})
             row[m]["secs"] = time.perf_counter() - t
         for m in CURVES:
             try:
@@ -75,15 +78,17 @@ def main(argv=None):
             except InvalidArgumentError as exc:      # reported as a failure, not hidden
                 row[m] = {"value": float("nan"), "error": str(exc)}
         rows.append(row)
-        print(draw, {m: round(row[m]["value"] - truth, 4) for m in HARDNESS + CURVES}, flush=True)
+        print(draw, {m: round(row[m]["value"] - truth, 4) for m in methods + CURVES}, flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"truth": truth, "N": n, "rows": rows}, indent=1))
-    print(table(rows, truth, n))
+    print(table(rows, truth, n, methods))
 
 
-def table(rows, truth, n):
-    methods = [("evt (default)", "evt"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
-               ("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
+def table(rows, truth, n, hardness=HARDNESS):
+    methods = [(label, key) for label, key in (("evt (default)", "evt"), ("evt-paper", "evt-paper"),
+                                               ("count", "count"), ("sdm", "sdm")) if key in hardness]
+    n_hardness = len(methods)
+    methods += [("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
     fracs = sorted({r["fraction"] for r in rows})
     out = [f"truth mAP@1000 at N = {n:,}: {truth:.4f}", "",
            "| estimator | " + " | ".join(f"{f}: signed errors per draw | MAE" for f in fracs) + " |",
@@ -99,7 +104,7 @@ def table(rows, truth, n):
     for pre, kind in (("", "benchmark"), ("pop_", "population")):
         out += ["", f"Interval `rscale predict --ci {kind}` prints (95%): covered draws / draws, mean width "
                 "(no interval: n/a)", "", "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
-        for label, key in methods[:4]:
+        for label, key in methods[:n_hardness]:
             cells = []
             for f in fracs:
                 rs = [r[key] for r in rows if r["fraction"] == f and r[key].get(pre + "lo") is not None]

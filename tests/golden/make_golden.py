@@ -43,8 +43,22 @@ def hardness_v2():
                    {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0})
 
 
+def hardness_v3():
+    """hardness_v3.parquet: the v2 file plus four fixed back-test columns (factors 4, 4, 8, 8; format version 3)."""
+    from dataclasses import replace
+
+    from rscale.core.backtest import Backtest
+    ss = sample_stats()
+    est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)
+    reps = np.clip(est.x[:, None] * np.array([0.5, 2.0, 0.8, 1.25])[None, :], 0.0, 1.0)
+    cols = np.clip(est.x[:, None] * np.array([0.7, 1.4, 0.9, 1.1])[None, :], 0.0, 1.0)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 8, 8]))
+    write_hardness(replace(est, replicates=reps), ss, HERE / "hardness_v3.parquet",
+                   {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0})
+
+
 def main():
-    hardness_v2()
+    hardness_v3()
 
 
 def v1_files():

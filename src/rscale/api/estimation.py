@@ -46,14 +46,17 @@ def estimator_params(method: str, params=()) -> dict:
     return kwargs
 
 
-def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicates: int = 16) -> dict:
+def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicates: int = 16,
+             backtest: bool = True) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given, with
     ``replicates`` hardness replicates (:mod:`rscale.core.replicates`: replicates / 2 half-sample
-    splits, 2 estimator fits each; 0: none, and then no benchmark interval).
+    splits, 2 estimator fits each; 0: none, and then no benchmark interval) and, with
+    ``backtest``, the back-test's share hardness (:mod:`rscale.core.backtest`: 4 fits on the
+    disjoint quarters of the sample; the halves are the replicates).
 
     Returns a summary: method, queries, positives, share of positives per rule, median tail
     shape, share of queries whose fitted tail their own largest score rejects (evt methods),
-    replicates, seconds, files written.
+    replicates, back-test factors, estimator fits, seconds, files written.
     """
     import time
 
@@ -95,10 +98,18 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
             rep_meta = {"R": int(reps.shape[1]), "splits": replicates // 2, "kind": "half-sample pairs", "seed": SEED}
         except RscaleError as exc:       # a sample too small to halve: stored without, and said
             rep_note = f"no replicates: {exc}"
+    from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness
+    from rscale.core.backtest import SEED as BT_SEED
+    bt, bt_meta = None, None
+    if backtest:
+        cols, factors = backtest_hardness(ss, method=method, params=est.params)
+        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
+        bt_meta = {"per_factor": PER_FACTOR, "seed": BT_SEED}
+    fits = 1 + (0 if est.replicates is None else int(est.replicates.shape[1])) + (0 if bt is None else int(bt.columns.shape[1]))
     secs = time.perf_counter() - t
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        written = [str(p) for p in write_hardness(est, ss, out, rep_meta)] if out else []
+        written = [str(p) for p in write_hardness(est, ss, out, rep_meta, bt, bt_meta)] if out else []
         if written:
             from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
@@ -107,7 +118,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
         record.metric("seconds", secs)
     summary = {"method": est.method, "queries": ss.n_queries, "positives": ss.n_positives,
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()}, "seconds": round(secs, 3),
-               "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]), "written": written}
+               "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]),
+               "backtest_factors": [] if bt is None else bt.factors(est), "fits": fits, "written": written}
     if rep_note:
         summary["replicates_note"] = rep_note
     if "xi" in est.tail:
@@ -166,11 +178,12 @@ def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None 
     cells = [(m, float(n)) for m in parsed for n in sizes]
     answers = predicted_intervals(est, [(m.law_metric, m.k, n) for m, n in cells], mode=mode, ci_kind=ci_kind,
                                   level=level, bootstrap=bootstrap, seed=seed,
-                                  in_pool_counts=info["counts"] if in_pool else None)
+                                  in_pool_counts=info["counts"] if in_pool else None, backtest=info["backtest"])
+    from rscale.core.backtest import backtest_fields
     rows = []
-    for (measure, n), (pq, lo, hi) in zip(cells, answers):
+    for (measure, n), (pq, lo, hi, bt) in zip(cells, answers):
         rows.append({"measure": str(measure), "N": n, "value": float(pq.mean()),
-                     "ci_low": lo, "ci_high": hi, "level": level, "ci_kind": ci_kind,
+                     "ci_low": lo, "ci_high": hi, "level": level, "ci_kind": ci_kind, **backtest_fields(bt),
                      "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]),
                      "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
                      "extrapolation": n / s_max,

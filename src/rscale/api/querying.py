@@ -11,6 +11,7 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     ``ci_kind`` (``benchmark`` or ``population``, :mod:`rscale.core.interval`), plus warnings.
     A ``reranked@K'`` query answers the metric after reranking each version's first-stage top K'
     from the reranked input stored with it (:func:`reranked_answers`); its rows carry ``reranked``."""
+    from rscale.core.backtest import backtest_fields
     from rscale.core.interval import check_ci_kind
     from rscale.core.prediction import resolve_mode
     from rscale.core.uncertainty import paired_difference
@@ -45,23 +46,24 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
         cells = [(m, n) for m in q.measures for n in q.sizes]
         if q.rerank_depth is None:
             answers = reported_intervals(est, cells=cells, mode=q.mode, ci_kind=ci_kind, bootstrap=bootstrap,
-                                         seed=seed, level=level)
-        else:
-            answers = reranked_answers(reg, v, est=est, cells=cells, depth=q.rerank_depth, mode=q.mode, ci_kind=ci_kind,
-                                       bootstrap=bootstrap, seed=seed, level=level, label=label[_key(v)])
+                                         seed=seed, level=level, backtest=info["backtest"])
+        else:  # the back-test covers the first-stage law only: no term for the reranked one
+            answers = [(*a, None) for a in reranked_answers(
+                reg, v, est=est, cells=cells, depth=q.rerank_depth, mode=q.mode, ci_kind=ci_kind,
+                bootstrap=bootstrap, seed=seed, level=level, label=label[_key(v)])]
         if est.replicates is None and (ci_kind == "benchmark" or bootstrap):
             warnings.append(f"{label[_key(v)]}: its hardness has no replicates (a version-1 file or a sample too small "
                             "to halve): no distractor or tail-model term, " +
                             ("no benchmark interval" if ci_kind == "benchmark" else "the query bootstrap alone") +
                             "; re-run 'rscale estimate' and register again")
-        for (m, n), (pq, lo, hi) in zip(cells, answers):
+        for (m, n), (pq, lo, hi, bt) in zip(cells, answers):
             per_query[(_key(v), str(m), n)] = (info["query_ids"], pq)
             row_series.append(_key(v))
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
                          "ci_high": float(hi), "ci_kind": ci_kind, "estimator": v.estimator,
                          "mode": resolve_mode(m.law_metric, q.mode),
-                         "extrapolation": n / s_max,
+                         "extrapolation": n / s_max, **backtest_fields(bt),
                          **({} if q.rerank_depth is None else {"reranked": q.rerank_depth})})
     # ranking resolution between backbones evaluated on the same queries
     for m in q.measures:
@@ -161,13 +163,14 @@ def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str 
 
 
 def reported_intervals(est, *, cells, mode=None, ci_kind: str = "benchmark", bootstrap: int = 1000, seed: int = 0,
-                       level: float = 0.95):
-    """(per-query values, low, high) of the interval ``rscale query`` reports, for each
-    (measure, N) cell of one version's hardness: :func:`rscale.core.interval.predicted_intervals`,
-    the function ``rscale predict`` and ``rscale curve`` call too."""
+                       level: float = 0.95, backtest=None):
+    """(per-query values, low, high, back-test) of the interval ``rscale query`` reports, for each
+    (measure, N) cell of one version's hardness (``backtest``: the file's stored back-test):
+    :func:`rscale.core.interval.predicted_intervals`, the function ``rscale predict`` and
+    ``rscale curve`` call too."""
     from rscale.core.interval import predicted_intervals
     return predicted_intervals(est, [(m.law_metric, m.k, float(n)) for m, n in cells], mode=mode, ci_kind=ci_kind,
-                               level=level, bootstrap=bootstrap, seed=seed)
+                               level=level, bootstrap=bootstrap, seed=seed, backtest=backtest)
 
 
 def _key(v) -> tuple:
@@ -256,13 +259,13 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
     ns = np.unique(np.round(np.geomspace(lo_s, hi_s, points)))
     series = []
     for v, per in zip(versions, measured):
-        est, _ = reg.read_hardness(v)
+        est, info = reg.read_hardness(v)
         for m in q.measures:
             band = reported_intervals(est, cells=[(m, float(n)) for n in ns], mode=q.mode, ci_kind=ci_kind,
-                                      bootstrap=bootstrap, seed=seed, level=level)
+                                      bootstrap=bootstrap, seed=seed, level=level, backtest=info["backtest"])
             series.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
-                           "measure": str(m), "N": ns.tolist(), "value": [float(pq.mean()) for pq, _, _ in band],
-                           "ci_low": [lo for _, lo, _ in band], "ci_high": [hi for _, _, hi in band], "ci_kind": ci_kind,
+                           "measure": str(m), "N": ns.tolist(), "value": [float(b[0].mean()) for b in band],
+                           "ci_low": [b[1] for b in band], "ci_high": [b[2] for b in band], "ci_kind": ci_kind,
                            "sampled": per[str(m)]})
     return {"query": str(q), "series": series}
 

@@ -48,6 +48,8 @@ def estimate(
                                           "'estimate:' section of this YAML file (params.yaml)."),
     replicates: int = typer.Option(16, "--replicates", help="Hardness replicates stored for the interval "
                                    "(half of them half-sample splits, 2 fits each; 0: none)."),
+    backtest: bool = typer.Option(True, "--backtest/--no-backtest", help="Store the back-test (predicting the "
+                                  "sample from its quarters: 4 fits) that calibrates the interval."),
     fmt: str = output.format_option(output.TEXT, output.JSON),
 ):
     """Estimate per-positive hardness from a distractor sample, with the replicates every
@@ -60,7 +62,8 @@ def estimate(
         method, from_file = api.estimator_from_config(config)
         params = from_file + params
     positive_int(replicates, "--replicates", minimum=0, maximum=MAX_REPLICATES)
-    output.print_mapping(api.estimate(sample_stats, method=method, params=params, out=out, replicates=replicates), fmt)
+    output.print_mapping(api.estimate(sample_stats, method=method, params=params, out=out, replicates=replicates,
+                                      backtest=backtest), fmt)
 
 
 MAX_REPLICATES = 256

@@ -40,6 +40,13 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
         typer.echo(f"query: {ans['query']}")
     reranked = ["reranked"] if any("reranked" in r for r in ans["rows"]) else []
     output.print_rows(ans["rows"], fmt, QUERY_COLUMNS[:3] + reranked + QUERY_COLUMNS[3:])
+    if fmt == output.TABLE:
+        for r in ans["rows"]:
+            if r.get("backtest_factor"):
+                typer.echo(f"back-test, {r['backbone']}@{r['version']} {r['measure']} at N={r['N']:.3g}: predicting the "
+                           f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; at "
+                           f"{r['extrapolation']:.3g}x that is {r['backtest_at_n']:+.4f}, and the interval reaches "
+                           f"{abs(r['backtest_at_n']):.4f} {'below' if r['backtest_at_n'] > 0 else 'above'} the value for it")
     for w in ans["warnings"]:
         output.warn(w)
 

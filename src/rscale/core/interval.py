@@ -15,6 +15,16 @@ Two targets, named on every row by ``ci_kind``:
   term and the percentile query bootstrap (:func:`rscale.core.uncertainty.query_bootstrap`) are
   independent error sources and add in variance, each side: v - sqrt((t sd)^2 + (v - b_lo)^2).
 
+The back-test (:mod:`rscale.core.backtest`) adds what the replicates cannot carry, the
+estimator's error at the cell's extrapolation factor measured on the sample itself: e(f) per
+cell (a signed metric error, prediction minus truth). It enters both kinds the same way, as the
+union of the interval around v and the same interval around v - e(f):
+lo = min(v, v - e) - half_lo, hi = max(v, v - e) + half_hi. The interval reaches toward where
+the back-test says the truth lies, by as much as it says, and keeps the point v (a back-test
+correction of the point measured worse on the simulator). The rule was chosen on the simulator
+design set among quadrature (sqrt((t sd)^2 + e^2) each side), a shift to v - e, and this union
+(benchmarks/backtest_rule.py, docs/benchmarks.md).
+
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there). A hardness without
 replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
 is the query bootstrap alone, and callers say so.
@@ -69,10 +79,11 @@ _T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
-                     bootstrap: int = 1000, seed: int = 0):
+                     bootstrap: int = 1000, seed: int = 0, backtest=None):
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
-    (population only; 0 gives NaN bounds for population)."""
+    (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
+    back-test error e(f) (NaN: none); the interval is the union of those around v and v - e."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -90,23 +101,29 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
         half = _t_quantile(level, pairs.shape[1]) * sd
     else:
         half = np.full(value.shape, np.nan)
+    e = np.zeros(value.shape) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
+    low_end, high_end = value - np.maximum(e, 0.0), value - np.minimum(e, 0.0)    # min(v, v - e), max(v, v - e)
     if ci_kind == "benchmark":
-        lo, hi = value - half, value + half
+        lo, hi = low_end - half, high_end + half
     else:
         if not bootstrap:
             lo = hi = np.full(value.shape, np.nan)
         else:
             b_lo, b_hi = percentile_ci(query_bootstrap(pq, bootstrap, seed), level)
             rep = np.nan_to_num(half)
-            lo = value - np.hypot(value - b_lo, rep)
-            hi = value + np.hypot(b_hi - value, rep)
+            lo = low_end - np.hypot(value - b_lo, rep)
+            hi = high_end + np.hypot(b_hi - value, rep)
     return value, np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
 
 
 def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
-                        bootstrap: int = 1000, seed: int = 0, in_pool_counts=None):
-    """Per (metric, k, N) cell of one hardness estimate: (per-query values, low, high) of the
-    interval of kind ``ci_kind``, every cell in one pass over the bootstrap."""
+                        bootstrap: int = 1000, seed: int = 0, in_pool_counts=None, backtest=None):
+    """Per (metric, k, N) cell of one hardness estimate: (per-query values, low, high, back-test)
+    of the interval of kind ``ci_kind``, every cell in one pass over the bootstrap. ``backtest``:
+    the file's :class:`rscale.core.backtest.Backtest` (None: no back-test term); the fourth item
+    is the cell's :class:`rscale.core.backtest.BacktestError` or None (f <= 1, in-pool, nothing
+    stored)."""
+    from rscale.core.backtest import backtest_error
     from rscale.core.prediction import predict_per_query, replicate_per_query
 
     pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
@@ -115,5 +132,12 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
         reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
                          for metric, k, n in cells])
-    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
-    return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
+    s_ref = float(np.max(est.n_sampled))
+    cache: dict = {}
+    bts = [None if in_pool_counts is not None else backtest_error(est, backtest, metric, k, mode, factor=n / s_ref,
+                                                                  cache=cache)
+           for metric, k, n in cells]
+    shift = np.array([np.nan if b is None else b.at_n for b in bts])
+    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                 backtest=shift)
+    return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]

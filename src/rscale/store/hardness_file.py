@@ -14,10 +14,13 @@ x                 float64            estimated hardness, in [0, 1]
 rule              string             what produced x: count, tail, endpoint
 draws             list<float64>      posterior draws of x (evt only; absent otherwise)
 replicates        list<float64>      R hardness replicates (version 2; rscale.core.replicates)
+backtest          list<float64>      C back-test share hardness (version 3; rscale.core.backtest)
 ================  =================  =====================================================
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
-splits, tail_draws, seed); version-1 files (no replicates) are still read.
+splits, tail_draws, seed). Version 3 adds ``backtest`` (fixed-size list, C per row: the
+re-estimated disjoint 1/m shares of the sample) and ``rscale.backtest`` (JSON: ``factors``, the m
+of each column; ``per_factor``, ``seed``). Versions 1 and 2 are still read (no back-test term).
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
@@ -42,8 +45,8 @@ from rscale.store.columns import numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 TAIL_SCHEMA_VERSION = 1
 COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
 
@@ -54,7 +57,8 @@ def _atomic_write(table, path: Path):
         pq.write_table(table, tmp, compression="zstd")
 
 
-def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict | None = None):
+def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict | None = None,
+                   backtest=None, backtest_meta: dict | None = None):
     import pyarrow as pa
     pq_ = ss.positive_query()
     cols = {
@@ -71,8 +75,17 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
     if est.replicates is not None:
         cols["replicates"] = pa.FixedSizeListArray.from_arrays(
             pa.array(est.replicates.astype(np.float64).ravel()), est.replicates.shape[1])
+    if backtest is not None and backtest.columns is not None:
+        if backtest.columns.shape[1]:      # none: only the halves (the replicates) back-test, said by the metadata
+            cols["backtest"] = pa.FixedSizeListArray.from_arrays(
+                pa.array(backtest.columns.astype(np.float64).ravel()), backtest.columns.shape[1])
+        backtest_meta = {**(backtest_meta or {}), "factors": [int(m) for m in backtest.column_factors]}
+    else:
+        backtest_meta = None
     table = pa.table(cols)
     extra = {"rscale.replicates": json.dumps(replicates_meta, sort_keys=True)} if replicates_meta else {}
+    if backtest_meta:
+        extra["rscale.backtest"] = json.dumps(backtest_meta, sort_keys=True)
     return table.replace_schema_metadata({**extra,
         "rscale.format": FORMAT,
         "rscale.schema_version": str(SCHEMA_VERSION),
@@ -100,10 +113,11 @@ def tail_path(path: str | os.PathLike) -> Path:
 
 
 def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLike,
-                   replicates_meta: dict | None = None) -> list[Path]:
-    """Write the hardness table (and its tail fits when the estimator has any), atomically."""
+                   replicates_meta: dict | None = None, backtest=None, backtest_meta: dict | None = None) -> list[Path]:
+    """Write the hardness table (and its tail fits when the estimator has any), atomically;
+    ``backtest`` a :class:`rscale.core.backtest.Backtest` (its columns and factors are stored)."""
     path = Path(path)
-    _atomic_write(hardness_table(est, ss, replicates_meta), path)
+    _atomic_write(hardness_table(est, ss, replicates_meta, backtest, backtest_meta), path)
     written = [path]
     if est.tail:
         _atomic_write(tail_table(est, ss), tail_path(path))
@@ -187,6 +201,22 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         if bad.size:
             raise FormatError("a hardness replicate is outside [0, 1]", path=path, column="replicates",
                               row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
+    backtest_cols, backtest_meta = None, {}
+    if version >= 3 and ("backtest" in table.column_names or "rscale.backtest" in md):
+        backtest_meta = meta_object(md, path, "rscale.backtest") if "rscale.backtest" in md else {}
+        factors = backtest_meta.get("factors")
+        col = table.column("backtest").combine_chunks() if "backtest" in table.column_names else None
+        width = 0 if col is None else col.type.list_size if pa.types.is_fixed_size_list(col.type) else -1
+        if not isinstance(factors, list) or len(factors) != width or not all(isinstance(m, int) and m > 2
+                                                                            for m in factors):
+            raise FormatError("the back-test columns do not match their factors (rscale.backtest)", path=path,
+                              column="backtest", hint="re-run 'rscale estimate' to rewrite it")
+        backtest_cols = (np.empty((n_rows, 0)) if col is None
+                         else numeric(col.flatten(), np.float64).reshape(n_rows, width))
+        bad = np.flatnonzero(~np.all(np.isfinite(backtest_cols) & (backtest_cols >= 0) & (backtest_cols <= 1), axis=1))
+        if bad.size:
+            raise FormatError("a back-test hardness is outside [0, 1]", path=path, column="backtest",
+                              row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
     low = np.flatnonzero(n_sampled_rows < 1)
     if low.size:
@@ -197,8 +227,12 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
         params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates)
+    from rscale.core.backtest import Backtest
+    counts = _numbers(table, "count", np.int64, path)
+    backtest = Backtest(counts=counts) if backtest_cols is None else Backtest(
+        counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64))
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"),
-            "counts": _numbers(table, "count", np.int64, path),
+            "counts": counts, "backtest": backtest,
             "meta": meta_object(md, path), "path": path, "schema_version": version,
             "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {}}
     return est, info
