@@ -49,7 +49,13 @@ ESTIMATORS = [
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
     ("evt pool_xi=shrink (plugin)", "evt", {"pool_xi": "shrink"}, "plugin"),
     ("evt pool_xi=full (plugin)", "evt", {"pool_xi": "full"}, "plugin"),
+    # the hierarchical tail model (rscale.core.estimators.evt_eb): metric averaged over its
+    # posterior draws (the default) or plugged in at the posterior-mean hardness (draws=0)
+    ("evt-eb (predictive)", "evt-eb", {}, "plugin"),
+    ("evt-eb xi_max=0 (predictive)", "evt-eb", {"xi_max": 0.0}, "plugin"),
+    ("evt-eb draws=0 (plugin)", "evt-eb", {"draws": 0}, "plugin"),
 ]
+EB_ROWS = ("evt-eb (predictive)", "evt-eb xi_max=0 (predictive)", "evt-eb draws=0 (plugin)")
 
 SCENARIOS = [
     # name, family, hardness law, n_queries (ILIAS ~1232, INSTRE ~1250)
@@ -204,10 +210,10 @@ def main(argv=None):
     if args.which != "design":
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("evt-paper (plugin)", "evt pool_xi=none (plugin)",
                                                        "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
-                                                       "evt gof_crit=0 (plugin)")]
+                                                       "evt gof_crit=0 (plugin)") + EB_ROWS]
     if args.core:
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("count", "sdm (skew-normal)", "evt-paper (plugin)",
-                                                       "evt (default, plugin)")]
+                                                       "evt (default, plugin)") + EB_ROWS]
     n_big, pool = 1e8, 1e6
     cells = []
     scenarios, seed_offset = SETS[args.which]
