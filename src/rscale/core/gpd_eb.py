@@ -4,10 +4,12 @@ query's posterior over the grid. Vectorised over queries; numpy only.
 
 Per query q, excesses y over a threshold (NaN-padded rows) follow GPD(xi_q, sigma_q);
 some may be right-censored (m_q values known only to exceed c_q: used to hold out a query's top
-excesses). On the shape grid xi_1 > ... > xi_G the scale is profiled out,
+excesses). On the shape grid xi_1 > ... > xi_G the scale is integrated out (flat prior on
+log sigma, Laplace's approximation at the maximum),
 
-    l_q(xi) = max_sigma [ sum_obs log f(y; xi, sigma) + m_q log S(c_q; xi, sigma) ],
+    l_q(xi) = max_sigma L(xi, sigma) - log(J) / 2,   L = sum_obs log f(y; xi, sigma) + m_q log S(c_q; xi, sigma),
 
+J the observed information of log sigma,
 the MLE sigma solving (1 + xi) sum_obs y / (sigma + xi y) + m c / (sigma + xi c) = n_obs (Newton
 from the left: the left side is convex and decreasing in sigma). The prior is
 xi_q ~ Normal(mu, tau^2) discretised on the grid, p_g proportional to exp(-(xi_g - mu)^2 / 2 tau^2);
@@ -56,21 +58,24 @@ def _loglik(yy, valid, n_obs, cm, cc, xi, sigma):
     return ll - cm * _log1p_over_xi(cc / sigma, xi)
 
 
+def _score_and_slope(yy, n_obs, cm, cc, xi, s, rows):
+    """h(s) = d loglik / d log s and dh/ds for the given rows (padding is 0: it adds nothing)."""
+    y = yy if rows.size == yy.shape[0] else yy[rows]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = 1.0 / (s[:, None] + xi * y)
+        r = y * inv
+        invc = np.where(cm[rows] > 0, 1.0 / (s + xi * cc[rows]), 0.0)
+    rc = cc[rows] * invc
+    a = 1.0 + xi
+    return a * r.sum(axis=1) + cm[rows] * rc - n_obs[rows], -a * (r * inv).sum(axis=1) - cm[rows] * rc * invc
+
+
 def _sigma_mle(yy, valid, n_obs, cm, cc, xi, start, lo, iterations, tol=1e-9):
     """Root of h(s) = (1 + xi) sum_obs y / (s + xi y) + m c / (s + xi c) - n_obs (Q,), by Newton
     steps from the left of the root (h is convex and decreasing in s, so they never overshoot);
     rows leave the loop once their step is below ``tol`` relative."""
-    a = 1.0 + xi
-
     def h_and_slope(s, rows):
-        y = yy if rows.size == yy.shape[0] else yy[rows]     # padding is 0: it adds nothing
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv = 1.0 / (s[:, None] + xi * y)
-            r = y * inv
-            invc = np.where(cm[rows] > 0, 1.0 / (s + xi * cc[rows]), 0.0)
-        rc = cc[rows] * invc
-        return (a * r.sum(axis=1) + cm[rows] * rc - n_obs[rows],
-                -a * (r * inv).sum(axis=1) - cm[rows] * rc * invc)
+        return _score_and_slope(yy, n_obs, cm, cc, xi, s, rows)
 
     s = np.maximum(start, lo * (1.0 + 1e-9) + 1e-300)
     rows = np.arange(s.size)
@@ -150,8 +155,12 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
             lg_gap = ge[:, j - 1] + f * (ge[:, j] - ge[:, j - 1])
         s = np.maximum(-xi * top, 0.0) + np.exp(lg_gap)
         sig[:, g] = s
+        _, slope = _score_and_slope(yy, n_obs, cm, cc, float(xi), s, np.arange(q))
         with np.errstate(invalid="ignore", divide="ignore"):
-            lg = _loglik(yy, valid, n_obs, cm, cc, float(xi), s)
+            # integrate the scale out (flat prior on log sigma, Laplace): - log(J) / 2 with
+            # J = -d^2 loglik / d(log sigma)^2 = -s h'(s); without it the profile likelihood
+            # leans to light tails at small n, and across queries that bias adds up in the prior
+            lg = _loglik(yy, valid, n_obs, cm, cc, float(xi), s) - 0.5 * np.log(-s * slope)
         ll[:, g] = np.where(np.isfinite(lg), lg, -np.inf)
     return sig, ll
 
