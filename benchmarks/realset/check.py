@@ -2,7 +2,7 @@
 
 For every committed draw: ``rscale estimate DRAW -m METHOD -o H`` then ``rscale predict H --n N
 --sample DRAW`` (N = the pool size) through the CLI itself (in process, typer's runner), for the
-hardness estimators evt (default), evt-paper, count and sdm; the curve baselines (loguniform,
+hardness estimators evt (default), evt-eb, evt-paper, count and sdm; the curve baselines (loguniform,
 powerlaw; no CLI command) through ``rscale.core.estimators.methods.estimate`` as
 benchmarks/accuracy.py calls them; and the naive value at S. Compared with the truth in the
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-HARDNESS = ("evt", "evt-paper", "count", "sdm")
+HARDNESS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 CURVES = ("loguniform", "powerlaw")
 
 
@@ -82,7 +82,7 @@ def main(argv=None):
 
 
 def table(rows, truth, n):
-    methods = [("evt (default)", "evt"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
+    methods = [("evt (default)", "evt"), ("evt-eb", "evt-eb"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
                ("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
     fracs = sorted({r["fraction"] for r in rows})
     out = [f"truth mAP@1000 at N = {n:,}: {truth:.4f}", "",
@@ -99,7 +99,7 @@ def table(rows, truth, n):
     for pre, kind in (("", "benchmark"), ("pop_", "population")):
         out += ["", f"Interval `rscale predict --ci {kind}` prints (95%): covered draws / draws, mean width "
                 "(no interval: n/a)", "", "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
-        for label, key in methods[:4]:
+        for label, key in methods[:5]:
             cells = []
             for f in fracs:
                 rs = [r[key] for r in rows if r["fraction"] == f and r[key].get(pre + "lo") is not None]

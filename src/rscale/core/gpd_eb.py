@@ -126,8 +126,8 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
         raise InvalidArgumentError("excesses are all zero for some query")
     # exact scale MLE on every COARSE-th shape (descending: each warm start keeps the previous
     # gap to the support's edge, which the root follows); between them log(sigma - edge) is
-    # interpolated linearly in xi. The log-likelihood is then exact at a scale within a fraction
-    # of a percent of the optimum: its error is second order (about n/2 (d sigma / sigma)^2).
+    # interpolated linearly in xi and refined by one Newton step. The log-likelihood error is
+    # second order in the scale's: under 0.1 at 400 excesses (tested against every shape exact).
     order = np.argsort(-grid)
     exact = order[::COARSE] if order.size > 1 else order
     if exact[-1] != order[-1]:
@@ -142,6 +142,7 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
         s = _sigma_mle(yy, valid, n_obs, cm, cc, xi, start, lo, iterations)
         gap[:, i] = np.log(np.maximum(s - lo, 1e-300))
         lo_prev = lo
+    exact_set = set(int(e) for e in exact)
     xe = grid[exact][::-1]                         # ascending for interpolation
     ge = gap[:, ::-1]
     sig = np.empty((q, grid.size))
@@ -153,9 +154,15 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
         else:
             f = (xi - xe[j - 1]) / (xe[j] - xe[j - 1])
             lg_gap = ge[:, j - 1] + f * (ge[:, j] - ge[:, j - 1])
-        s = np.maximum(-xi * top, 0.0) + np.exp(lg_gap)
+        edge = np.maximum(-xi * top, 0.0)
+        s = edge + np.exp(lg_gap)
+        h, slope = _score_and_slope(yy, n_obs, cm, cc, float(xi), s, np.arange(q))
+        if g not in exact_set:      # one Newton step from the interpolated scale (kept inside the support)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = np.where(slope < 0, -h / slope, 0.0)
+            s = np.maximum(s + np.where(np.isfinite(step), step, 0.0), edge + 0.1 * (s - edge))
+            h, slope = _score_and_slope(yy, n_obs, cm, cc, float(xi), s, np.arange(q))
         sig[:, g] = s
-        _, slope = _score_and_slope(yy, n_obs, cm, cc, float(xi), s, np.arange(q))
         with np.errstate(invalid="ignore", divide="ignore"):
             # integrate the scale out (flat prior on log sigma, Laplace): - log(J) / 2 with
             # J = -d^2 loglik / d(log sigma)^2 = -s h'(s); without it the profile likelihood
