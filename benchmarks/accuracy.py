@@ -49,13 +49,12 @@ ESTIMATORS = [
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
     ("evt pool_xi=shrink (plugin)", "evt", {"pool_xi": "shrink"}, "plugin"),
     ("evt pool_xi=full (plugin)", "evt", {"pool_xi": "full"}, "plugin"),
-    # the hierarchical tail model (rscale.core.estimators.evt_eb): metric averaged over its
-    # posterior draws (the default) or plugged in at the posterior-mean hardness (draws=0)
-    ("evt-eb (predictive)", "evt-eb", {}, "plugin"),
-    ("evt-eb xi_max=0 (predictive)", "evt-eb", {"xi_max": 0.0}, "plugin"),
-    ("evt-eb draws=0 (plugin)", "evt-eb", {"draws": 0}, "plugin"),
+    # the hierarchical tail model (rscale.core.estimators.evt_eb): the realised metric's
+    # expectation averaged over its posterior draws (posterior predictive); xi_max=0: bounded grid
+    ("evt-eb (predictive, expected)", "evt-eb", {}, "expected"),
+    ("evt-eb xi_max=0 (predictive, expected)", "evt-eb", {"xi_max": 0.0}, "expected"),
 ]
-EB_ROWS = ("evt-eb (predictive)", "evt-eb xi_max=0 (predictive)", "evt-eb draws=0 (plugin)")
+EB_ROWS = ("evt-eb (predictive, expected)", "evt-eb xi_max=0 (predictive, expected)")
 
 SCENARIOS = [
     # name, family, hardness law, n_queries (ILIAS ~1232, INSTRE ~1250)
