@@ -126,12 +126,14 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
         raise InvalidArgumentError("excesses are all zero for some query")
     # exact scale MLE on every COARSE-th shape (descending: each warm start keeps the previous
     # gap to the support's edge, which the root follows); between them log(sigma - edge) is
-    # interpolated linearly in xi and refined by one Newton step. The log-likelihood error is
+    # interpolated linearly in xi and refined by two Newton steps. The log-likelihood error is
     # second order in the scale's: under 0.1 at 400 excesses (tested against every shape exact).
     order = np.argsort(-grid)
-    exact = order[::COARSE] if order.size > 1 else order
-    if exact[-1] != order[-1]:
-        exact = np.append(exact, order[-1])
+    # exact at both ends and at every COARSE-th step counted from xi = 0, where the support's
+    # edge (and so the interpolated gap) has a kink
+    k = np.round(grid[order] / XI_STEP).astype(np.int64)
+    on = (k % COARSE == 0) | (np.arange(order.size) == 0) | (np.arange(order.size) == order.size - 1)
+    exact = order[on]
     q = y.shape[0]
     gap = np.empty((q, exact.size))
     s, lo_prev = None, None
@@ -157,7 +159,7 @@ def shape_profile(y, grid: np.ndarray | None = None, censored: np.ndarray | None
         edge = np.maximum(-xi * top, 0.0)
         s = edge + np.exp(lg_gap)
         h, slope = _score_and_slope(yy, n_obs, cm, cc, float(xi), s, np.arange(q))
-        if g not in exact_set:      # one Newton step from the interpolated scale (kept inside the support)
+        for _ in range(0 if g in exact_set else 2):   # Newton steps from the interpolated scale
             with np.errstate(divide="ignore", invalid="ignore"):
                 step = np.where(slope < 0, -h / slope, 0.0)
             s = np.maximum(s + np.where(np.isfinite(step), step, 0.0), edge + 0.1 * (s - edge))
