@@ -8,7 +8,7 @@ x = c / S. A positive above the tail gets the posterior-mean tail probability
 
 a probability that a new distractor beats it, averaged over what the sample leaves uncertain:
 
-- the shape xi on a grid from -0.75 (bounded) to ``xi_max`` (heavy), with sigma profiled
+- the shape xi on a grid from -0.75 (bounded) to ``xi_max`` (heavy), with sigma integrated out
   (:mod:`rscale.core.gpd_eb`); prior Normal(mu_t, tau_t^2) with (mu_t, tau_t) fitted across
   queries by marginal likelihood, so a query's posterior pi_qtg sits at its own shape when its
   excesses pin it down and moves to the shared one as far as they do not;
@@ -20,6 +20,11 @@ a probability that a new distractor beats it, averaged over what the sample leav
   top scores reject gets no weight.
 - the count test (``count_test``): as in ``evt``, a positive whose own count c >= 1 rejects the
   tail value at that level (P(Poisson(S x) >= c) < count_test) keeps the count.
+
+``draws`` (16): draw j takes, per threshold, the shape at the posterior's (j + 1/2) / D quantile,
+shared by the query's positives; predictions average the metric over the draws (posterior
+predictive), best read in ``expected`` mode for mAP. docs/design.md has the design and
+docs/benchmarks.md the measurements (an option, not the default).
 """
 
 from __future__ import annotations
