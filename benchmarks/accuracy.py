@@ -50,7 +50,12 @@ ESTIMATORS = [
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
     ("evt pool_xi=shrink (plugin)", "evt", {"pool_xi": "shrink"}, "plugin"),
     ("evt pool_xi=full (plugin)", "evt", {"pool_xi": "full"}, "plugin"),
+    # the hierarchical tail model (rscale.core.estimators.evt_eb): the realised metric's
+    # expectation averaged over its posterior draws (posterior predictive); xi_max=0: bounded grid
+    ("evt-eb (predictive, expected)", "evt-eb", {}, "expected"),
+    ("evt-eb xi_max=0 (predictive, expected)", "evt-eb", {"xi_max": 0.0}, "expected"),
 ]
+EB_ROWS = ("evt-eb (predictive, expected)", "evt-eb xi_max=0 (predictive, expected)")
 
 SCENARIOS = [
     # name, family, hardness law, n_queries (ILIAS ~1232, INSTRE ~1250)
@@ -207,10 +212,10 @@ def main(argv=None):
     if args.which != "design":
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("evt-paper (plugin)", "evt pool_xi=none (plugin)",
                                                        "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
-                                                       "evt gof_crit=0 (plugin)")]
+                                                       "evt gof_crit=0 (plugin)") + EB_ROWS]
     if args.core:
         ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("count", "sdm (skew-normal)", "evt-paper (plugin)",
-                                                       "evt (default, plugin)")]
+                                                       "evt (default, plugin)") + EB_ROWS]
     if args.shipped_only:
         ESTIMATORS = [e for e in ESTIMATORS if e[0] == "evt (default, plugin)"]
     n_big, pool = 1e8, 1e6

@@ -2,7 +2,7 @@
 
 For every committed draw: ``rscale estimate DRAW -m METHOD -o H`` then ``rscale predict H --n N
 --sample DRAW`` (N = the pool size) through the CLI itself (in process, typer's runner), for the
-hardness estimators evt (default), evt-paper, count and sdm; the curve baselines (loguniform,
+hardness estimators evt (default), evt-eb, evt-paper, count and sdm; the curve baselines (loguniform,
 powerlaw; no CLI command) through ``rscale.core.estimators.methods.estimate`` as
 benchmarks/accuracy.py calls them; and the naive value at S. Compared with the truth in the
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-HARDNESS = ("evt", "evt-paper", "count", "sdm")
+HARDNESS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 CURVES = ("loguniform", "powerlaw")
+MODE = {"evt-eb": "expected"}     # evt-eb predicts the realised metric's expectation over its draws
 
 
 def cli(args):
@@ -40,9 +41,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(Path(__file__).parent / "data"))
     ap.add_argument("--json", default=None)
-    ap.add_argument("--methods", default=",".join(HARDNESS), help="hardness estimators to run (default: all four)")
+    ap.add_argument("--methods", default=",".join(HARDNESS + CURVES),
+                    help="comma-separated subset of the estimators to run (default: all)")
+    ap.add_argument("--fractions", default=None, help="comma-separated draw fractions to run (e.g. 01pct,05pct; default: all)")
     a = ap.parse_args(argv)
-    methods = tuple(m for m in a.methods.split(",") if m)
+    chosen = a.methods.split(",")
     from rscale.core.estimators.methods import estimate
     from rscale.core.metrics import ap_at_k_from_counts
     from rscale.errors import InvalidArgumentError
@@ -54,41 +57,44 @@ def main(argv=None):
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="realset-check-"))
     for draw in sorted(k for k in man["sizes"] if k.startswith("draw-")):
+        if a.fractions and draw.split("-")[1] not in a.fractions.split(","):
+            continue
         path = data / f"{draw}.sample_stats.parquet"
         ss = read_sample_stats(path)
         frac = draw.split("-")[1]
         row = {"draw": draw, "fraction": frac, "S": int(ss.n_sampled[0]), "truth": truth,
                "naive": float(np.mean(ap_at_k_from_counts(ss.pos_counts, ss.pos_offsets, 1000)))}
-        for m in methods:
+        for m in (m for m in HARDNESS if m in chosen):
             t = time.perf_counter()
             h = tmp / f"{draw}.{m}.parquet"
             cli(["estimate", path, "-m", m, "-o", h, "--format", "json"])
             row[m] = {"secs": 0.0}
             for kind in ("benchmark", "population"):
-                out = json.loads(cli(["predict", h, "--n", str(n), "--sample", path, "--ci", kind, "--format", "json"]))
+                mode = ["--mode", MODE[m]] if m in MODE else []
+                out = json.loads(cli(["predict", h, "--n", str(n), "--sample", path, "--ci", kind, *mode, "--format", "json"]))
                 r = out[0] if isinstance(out, list) else out["rows"][0]
                 pre = "" if kind == "benchmark" else "pop_"
                 row[m].update({"value": r["value"], pre + "lo": r["ci_low"], pre + "hi": r["ci_high"],
                                "ci_kind": r.get("ci_kind", ""), "backtest_at_n": r.get("backtest_at_n"),
                                "backtest_factor": r.get("backtest_factor"), "backtest_error": r.get("backtest_error")})
             row[m]["secs"] = time.perf_counter() - t
-        for m in CURVES:
+        for m in (m for m in CURVES if m in chosen):
             try:
                 row[m] = {"value": float(estimate(ss, m, metric="AP", k=1000).value(n))}
             except InvalidArgumentError as exc:      # reported as a failure, not hidden
                 row[m] = {"value": float("nan"), "error": str(exc)}
         rows.append(row)
-        print(draw, {m: round(row[m]["value"] - truth, 4) for m in methods + CURVES}, flush=True)
+        print(draw, {m: round(row[m]["value"] - truth, 4) for m in HARDNESS + CURVES if m in row}, flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"truth": truth, "N": n, "rows": rows}, indent=1))
-    print(table(rows, truth, n, methods))
+    print(table(rows, truth, n))
 
 
-def table(rows, truth, n, hardness=HARDNESS):
-    methods = [(label, key) for label, key in (("evt (default)", "evt"), ("evt-paper", "evt-paper"),
-                                               ("count", "count"), ("sdm", "sdm")) if key in hardness]
-    n_hardness = len(methods)
-    methods += [("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
+def table(rows, truth, n):
+    present = set(rows[0])
+    methods = [("evt (default)", "evt"), ("evt-eb", "evt-eb"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
+               ("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
+    methods = [(label, key) for label, key in methods if key in present]
     fracs = sorted({r["fraction"] for r in rows})
     out = [f"truth mAP@1000 at N = {n:,}: {truth:.4f}", "",
            "| estimator | " + " | ".join(f"{f}: signed errors per draw | MAE" for f in fracs) + " |",
@@ -104,7 +110,7 @@ def table(rows, truth, n, hardness=HARDNESS):
     for pre, kind in (("", "benchmark"), ("pop_", "population")):
         out += ["", f"Interval `rscale predict --ci {kind}` prints (95%): covered draws / draws, mean width "
                 "(no interval: n/a)", "", "| estimator | " + " | ".join(fracs) + " |", "|---|" + "---|" * len(fracs)]
-        for label, key in methods[:n_hardness]:
+        for label, key in [(lab, k) for lab, k in methods if k in HARDNESS]:
             cells = []
             for f in fracs:
                 rs = [r[key] for r in rows if r["fraction"] == f and r[key].get(pre + "lo") is not None]

@@ -12,10 +12,11 @@ from dataclasses import fields, replace
 from rscale.core.estimators.count import estimate_count
 from rscale.core.estimators.curves import CURVE_METHODS, estimate_curve
 from rscale.core.estimators.evt import DEFAULT, EVTConfig, estimate_evt, estimate_evt_paper
+from rscale.core.estimators.evt_eb import EBConfig, eb_config, estimate_evt_eb
 from rscale.core.estimators.sdm import estimate_sdm
 from rscale.errors import InvalidArgumentError
 
-HARDNESS_METHODS = ("evt", "evt-paper", "count", "sdm")
+HARDNESS_METHODS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 METHODS = HARDNESS_METHODS + CURVE_METHODS
 DEFAULT_METHOD = "evt"
 
@@ -37,6 +38,8 @@ def estimate(ss, method: str = DEFAULT_METHOD, **params):
     """Run the named estimator on sample stats. ``params`` override its defaults."""
     if method == "evt":
         return estimate_evt(ss, _evt_config(DEFAULT, params), method="evt")
+    if method == "evt-eb":
+        return estimate_evt_eb(ss, eb_config(params))
     if method == "evt-paper":
         if params:
             raise InvalidArgumentError("evt-paper is the published configuration and takes no parameters; "
@@ -57,9 +60,9 @@ def estimate(ss, method: str = DEFAULT_METHOD, **params):
 def stored_params(method: str, params: dict) -> dict:
     """The stored parameters of a version that its estimator accepts again (evt's config
     fields; none for the others, whose stored params are descriptive)."""
-    if method != "evt":
+    if method not in ("evt", "evt-eb"):
         return {}
-    known = {f.name for f in fields(EVTConfig)}
+    known = {f.name for f in fields(EVTConfig if method == "evt" else EBConfig)}
     return {k: v for k, v in params.items() if k in known}
 
 
