@@ -197,7 +197,7 @@ def run_one(spec, n, s, seed, b_boot=300):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=3, help="independent sample draws per cell")
-    ap.add_argument("--quick", action="store_true", help="one draw, two scenarios, 5% only")
+    ap.add_argument("--quick", action="store_true", help="one draw, two scenarios, 5%% only")
     ap.add_argument("--fractions", default=None, help="comma-separated web-scale fractions (default 0.01,0.02,0.05,0.1)")
     ap.add_argument("--no-pool", action="store_true", help="skip the small-pool (1M) cells")
     ap.add_argument("--core", action="store_true", help="only count, sdm, evt-paper and evt (default)")
