@@ -273,3 +273,12 @@ def test_sizes_refused_like_the_grammar(tmp_path, capsys, argv):
     assert main([str(tmp_path / "h.parquet") if a == "H" else a for a in argv]) == 2
     err = capsys.readouterr().err
     assert f"--n {argv[-1]}:" in err and ("whole number between 1 and 1e15" in err or "cannot read" in err)
+
+
+def test_estimate_help_names_every_estimator(capsys):
+    """`rscale estimate --help` listed three of the five estimators (regression)."""
+    from rscale.core.estimators.methods import HARDNESS_METHODS
+    assert main(["estimate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for method in HARDNESS_METHODS:
+        assert method in text.replace("│", " "), method

@@ -41,7 +41,7 @@ def check(path: Path = typer.Argument(..., help="A sample-stats Parquet file."),
 
 def estimate(
     sample_stats: Path = typer.Argument(..., help="Sample-stats Parquet file."),
-    method: str = typer.Option("evt", "--method", "-m", help="evt (default), evt-paper or count."),
+    method: str = typer.Option("evt", "--method", "-m", help="evt (default), evt-eb, evt-paper, count or sdm (docs/design.md)."),
     param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Estimator parameter name=value (repeatable)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Hardness Parquet file to write."),
     config: Optional[Path] = typer.Option(None, "--config", help="Take method and parameters from the "
