@@ -34,12 +34,12 @@ import numpy as np
 from rscale.core import rerank as core_rerank
 from rscale.errors import FormatError, InvalidArgumentError
 from rscale.producers.extract import _torch
+from rscale.store.candidate_lists import read_candidates
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 OUTPUT_FORMAT = "rscale-rerank"
 OUTPUT_VERSION = 1
-CANDIDATE_COLUMNS = ("query_id", "gallery_id", "score", "rank")
 
 
 @dataclass(frozen=True)
@@ -254,39 +254,6 @@ def gallery_items(gallery) -> list[tuple[str, Path]]:
     if isinstance(gallery, dict):
         return [(str(k), Path(v)) for k, v in gallery.items()]
     return [(str(k), Path(v)) for k, v, *_ in gallery]
-
-
-def read_candidates(path, k: int):
-    """First-stage candidate lists -> (query ids, (Q, k) gallery ids, scores, ranks), best first."""
-    import pyarrow.parquet as pq
-    path = Path(path)
-    try:
-        t = pq.read_table(path)
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"cannot read candidate lists ({exc})", path=str(path)) from None
-    for c in CANDIDATE_COLUMNS:
-        if c not in t.column_names:
-            raise FormatError(f"missing column (expected {', '.join(CANDIDATE_COLUMNS)})", path=str(path), column=c)
-    if k < 1:
-        raise InvalidArgumentError(f"K' must be >= 1, got {k}")
-    qid = np.asarray(t.column("query_id").to_pylist(), dtype=object).astype(str)
-    gid = np.asarray(t.column("gallery_id").to_pylist(), dtype=object).astype(str)
-    score = t.column("score").to_numpy().astype(np.float64)
-    rank = t.column("rank").to_numpy().astype(np.int64)
-    order = np.lexsort((rank, qid))
-    qid, gid, score, rank = qid[order], gid[order], score[order], rank[order]
-    queries, starts, counts = np.unique(qid, return_index=True, return_counts=True)
-    if counts.min() < k:
-        short = int(np.argmin(counts))
-        raise InvalidArgumentError(f"K'={k} is larger than the first-stage list of query {str(queries[short])!r} "
-                                   f"({counts[short]} candidates in {path}); pass k <= {int(counts.min())}")
-    take = (starts[:, None] + np.arange(k)[None, :])
-    ids = gid[take]
-    dup = np.flatnonzero((np.sort(ids, axis=1)[:, 1:] == np.sort(ids, axis=1)[:, :-1]).any(axis=1))
-    if dup.size:
-        raise FormatError(f"query {str(queries[dup[0]])!r} lists a gallery id twice in its top {k}",
-                          path=str(path), column="gallery_id", hint="one row per (query_id, gallery_id)")
-    return queries, ids, score[take], rank[take]
 
 
 def _read_qrels(path):
