@@ -300,6 +300,68 @@ def _write_parquet(table, path):
     pq.write_table(table, path)
 
 
+@dataclass
+class RegionScorer:
+    """The detector, the backbone and the region cache of one rerank run, checked against the
+    first stage's query set: what both the list reranker (:func:`rerank`) and the sample-stats
+    reranker (:mod:`rscale.producers.rerank_sample`) score with."""
+    det: Detector
+    bb: object
+    cache: object
+    pooling: str
+    backbone_digest: str
+    params: ProposalParams
+    cache_dir: Path
+    fresh_cache: bool
+
+    @classmethod
+    def open(cls, qset, detector_dir, backbone_dir, cache_dir, *, params: ProposalParams = ProposalParams(),
+             pooling: str | None = None, resolution: int | None = None, device: str | None = None) -> "RegionScorer":
+        """Load both models (local folders only) and open the cache; refuse a query set extracted by
+        other backbone weights or of another dimension. Pooling and resolution default to the query
+        set's (the first stage's settings)."""
+        from rscale.producers import extract as ex
+        from rscale.producers.lineage import weights_digest
+        from rscale.producers.rerank_cache import RegionCache
+        with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
+            det = load_detector(detector_dir, params.resolution, device)
+            bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
+        meta = qset.manifest
+        pooling = pooling or meta.get("pooling", "cls")
+        backbone_digest = weights_digest(backbone_dir)
+        if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
+            raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
+                                       f"{meta['weights_sha256'][:19]}, not {backbone_dir} ({backbone_digest[:19]}); "
+                                       f"regions must come from the first stage's backbone")
+        if qset.dim != int(np.asarray(ex.embed(bb, ex.to_pixels(bb, [_blank()]), pooling)).shape[1]):
+            raise InvalidArgumentError(f"query descriptors have dimension {qset.dim}, the backbone gives another")
+        fresh = not Path(cache_dir).exists()
+        cache = RegionCache.open(cache_dir, region_identity(det, bb, backbone_digest, pooling, params))
+        return cls(det, bb, cache, pooling, backbone_digest, params, Path(cache_dir), fresh)
+
+    def regions(self, items, *, batch_size: int = 16, shard_size: int = 1024, progress: bool = True):
+        """(Regions of the (id, path) ``items`` in order, images computed now): only images no
+        cache shard holds are computed; a fresh cache refused before its first shard is removed."""
+        try:
+            sha, computed = region_features(items, self.det, self.bb, self.cache, pooling=self.pooling,
+                                            params=self.params, batch_size=batch_size, shard_size=shard_size,
+                                            progress=progress)
+        except BaseException:
+            if self.fresh_cache and not self.cache.shard_paths():   # refused before any shard: leave nothing behind
+                shutil.rmtree(self.cache_dir, ignore_errors=True)
+            raise
+        return self.cache.regions_of(sha), computed
+
+    def max_region_scores(self, qvec, cand_index, regions, *, block: int = 8) -> np.ndarray:
+        """(Q, K) max cosine of each query over the regions of its candidates (indices into ``regions``):
+        float32 numpy GEMMs on CPU, bf16 torch on CUDA."""
+        if self.bb.device.startswith("cuda"):
+            return max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
+                                           device=self.bb.device, dtype=self.bb.dtype, block=max(block, 64))
+        return core_rerank.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32), regions.offsets,
+                                             block=block)
+
+
 def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, out_dir, *, k: int = 1000,
            qrels=None, first_stage_weight: float = 0.0, pooling: str | None = None, resolution: int | None = None,
            params: ProposalParams = ProposalParams(), batch_size: int = 16, shard_size: int = 1024, block: int = 8,
@@ -315,10 +377,8 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     """
     import pyarrow as pa
 
-    from rscale.producers import extract as ex
-    from rscale.producers.lineage import digest_file, producer_run, weights_digest
+    from rscale.producers.lineage import digest_file, producer_run
     from rscale.store.run_sidecar import write_run_sidecar
-    from rscale.producers.rerank_cache import RegionCache
     from rscale.store.descriptor_set import DescriptorSet
 
     core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
@@ -340,40 +400,16 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                           hint="pass the gallery folder or mapping the first stage scored")
     qrel_pairs = _read_qrels(qrels) if qrels is not None else None
 
-    with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
-        det = load_detector(detector_dir, params.resolution, device)
-        bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
-    meta = qset.manifest
-    pooling = pooling or meta.get("pooling", "cls")
-    backbone_digest = weights_digest(backbone_dir)
-    if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
-        raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
-                                   f"{meta['weights_sha256'][:19]}, not {backbone_dir} ({backbone_digest[:19]}); "
-                                   f"regions must come from the first stage's backbone")
-    if qset.dim != int(np.asarray(ex.embed(bb, ex.to_pixels(bb, [_blank()]), pooling)).shape[1]):
-        raise InvalidArgumentError(f"query descriptors have dimension {qset.dim}, the backbone gives another")
-    fresh_cache = not Path(cache_dir).exists()
-    cache = RegionCache.open(cache_dir, region_identity(det, bb, backbone_digest, pooling, params))
-
+    scorer = RegionScorer.open(qset, detector_dir, backbone_dir, cache_dir, params=params, pooling=pooling,
+                               resolution=resolution, device=device)
+    det, bb, cache, pooling, backbone_digest = scorer.det, scorer.bb, scorer.cache, scorer.pooling, scorer.backbone_digest
     used = sorted(set(flat.tolist()), key=gpos.get)                # candidate images only
-    used_items = [items[gpos[g]] for g in used]
-    try:
-        sha, computed = region_features(used_items, det, bb, cache, pooling=pooling, params=params,
-                                        batch_size=batch_size, shard_size=shard_size, progress=progress)
-    except BaseException:
-        if fresh_cache and not cache.shard_paths():     # refused before any shard: leave nothing behind
-            shutil.rmtree(cache_dir, ignore_errors=True)
-        raise
-    regions = cache.regions_of(sha)
+    regions, computed = scorer.regions([items[gpos[g]] for g in used], batch_size=batch_size,
+                                       shard_size=shard_size, progress=progress)
     upos = {g: i for i, g in enumerate(used)}
     cand_index = np.vectorize(upos.get, otypes=[np.int64])(cand_ids)
     qvec = np.concatenate([np.asarray(v, np.float32) for _, v in qset.shards()])[[qpos[q] for q in qids]]
-    if bb.device.startswith("cuda"):
-        region_scores = max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
-                                                device=bb.device, dtype=bb.dtype, block=max(block, 64))
-    else:
-        region_scores = core_rerank.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32),
-                                                      regions.offsets, block=block)
+    region_scores = scorer.max_region_scores(qvec, cand_index, regions, block=block)
     final = core_rerank.combined_scores(region_scores, cand_scores, first_stage_weight)
     order = core_rerank.rerank_order(final, cand_ranks)
     take = lambda a: np.take_along_axis(a, order, axis=1)   # noqa: E731
