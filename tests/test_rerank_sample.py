@@ -265,3 +265,36 @@ def test_cli_rerank_sample(world, reranked, tmp_path, capsys):
     np.testing.assert_array_equal(a.top_rerank, b.top_rerank)
     np.testing.assert_array_equal(a.pos_rerank, b.pos_rerank)
     assert main(argv[:-2] + ["--detector", str(tmp_path / "nowhere")]) == 2
+
+
+def test_regions_are_encoded_with_the_first_stages_preprocessing(tmp_path):
+    """Regression: with a checkpoint that has an image processor, the first stage extracts with it
+    (preprocessing auto -> processor), and the region encoder must too. It used to load the backbone
+    at the query set's resolution, which selects the plain resize, so even the whole-image region
+    scored differently from the first stage."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rscale.producers import extract as ex
+    from rscale.producers.rerank import ProposalParams, rerank
+
+    vit = save_vit(tmp_path / "vit")
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.3, 0.4, 0.5],
+                                   image_std=[0.2, 0.25, 0.3], resample=0).save_pretrained(vit)   # nearest: resize is bicubic
+    owl = save_owlv2(tmp_path / "owl")
+    rng = np.random.default_rng(0)
+    (tmp_path / "g").mkdir()
+    for i in range(6):
+        draw(rng, (rng.integers(0, 256, 3), rng.integers(0, 256, 3)), 90, side=72).save(tmp_path / "g" / f"g{i}.png")
+    draw(rng, ((10, 200, 30), (200, 10, 30)), 30).save(tmp_path / "q.png")
+    q = ex.extract([("q", tmp_path / "q.png", None)], vit, tmp_path / "qs", role="queries", progress=False, lineage=False)
+    assert q.manifest["preprocessing"] == "processor"
+    g = ex.extract(ex.image_items(tmp_path / "g"), vit, tmp_path / "gs", role="positives", progress=False, lineage=False)
+    gids, gvec = next(g.shards())
+    s = np.asarray(next(q.shards())[1], np.float32) @ np.asarray(gvec, np.float32).T
+    pq.write_table(pa.table({"query_id": ["q"] * 6, "gallery_id": [str(i) for i in gids], "score": s[0],
+                             "rank": np.argsort(np.argsort(-s[0])) + 1}), tmp_path / "c.parquet")
+    rerank(tmp_path / "qs", tmp_path / "c.parquet", tmp_path / "g", owl, vit, tmp_path / "cache", tmp_path / "out",
+           k=6, params=ProposalParams(max_boxes=0), progress=False, lineage=False)
+    t = pq.read_table(tmp_path / "out" / "reranked.parquet").to_pydict()
+    np.testing.assert_allclose(t["region_score"], t["first_stage_score"], atol=2e-3)

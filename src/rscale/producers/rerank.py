@@ -179,6 +179,7 @@ def encode_regions(det: Detector, bb, images, *, pooling: str, params: ProposalP
 def region_identity(det: Detector, bb, backbone_digest: str, pooling: str, params: ProposalParams) -> dict:
     return {"detector_sha256": det.digest, "detector_resolution": det.resolution, "backbone_sha256": backbone_digest,
             "backbone_model_type": bb.model_type, "pooling": pooling, "resolution": bb.resolution,
+            "preprocessing": bb.preprocessing,
             "proposals": {k: v for k, v in asdict(params).items() if k != "resolution"}}
 
 
@@ -318,15 +319,19 @@ class RegionScorer:
     def open(cls, qset, detector_dir, backbone_dir, cache_dir, *, params: ProposalParams = ProposalParams(),
              pooling: str | None = None, resolution: int | None = None, device: str | None = None) -> "RegionScorer":
         """Load both models (local folders only) and open the cache; refuse a query set extracted by
-        other backbone weights or of another dimension. Pooling and resolution default to the query
-        set's (the first stage's settings)."""
+        other backbone weights or of another dimension. Pooling, resolution and preprocessing are the
+        query set's (the first stage's settings); ``pooling`` / ``resolution`` override them."""
         from rscale.producers import extract as ex
         from rscale.producers.lineage import weights_digest
         from rscale.producers.rerank_cache import RegionCache
+        meta = qset.manifest
+        # the first stage's preprocessing: its image processor sets the input size itself
+        preprocessing = meta.get("preprocessing", "auto")
+        if resolution is None and preprocessing != "processor":
+            resolution = meta.get("resolution")
         with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
             det = load_detector(detector_dir, params.resolution, device)
-            bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
-        meta = qset.manifest
+            bb = ex.load_backbone(backbone_dir, resolution, device, preprocessing=preprocessing, inference=True)
         pooling = pooling or meta.get("pooling", "cls")
         backbone_digest = weights_digest(backbone_dir)
         if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
