@@ -22,7 +22,8 @@ the queries are written by separate stages, so an intervention ablation re-extra
 queries. ``rerank``: the OWLv2 checkpoint folder, ``candidates`` R (each query's top R sampled
 distractors the scoring keeps by id and the reranker rescores, with the positives), the region
 cache (default ``out/region_cache/<name>``) and the reranker's settings (``rscale.api.rerank``'s
-keys); ``real_rerank`` writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2). The converted ImageNet MobileNetV2 is a checkpoint folder like any other
+keys); ``real_rerank`` writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2).
+The converted ImageNet MobileNetV2 is a checkpoint folder like any other
 (``examples/real_backbone_inputs.py`` writes it and a small photo set; the README's example).
 """
 
