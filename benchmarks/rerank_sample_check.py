@@ -14,7 +14,12 @@ boxes; the check is of the prediction, whatever the reranker's quality).
 3. prediction: ``rerank_sample`` on each sample, then ``api.predict_reranked`` at N = the pool
    (count hardness; the default GPD-smoothed joint tail, and plain counts for comparison).
 
-Run: PYTHONPATH=src python benchmarks/rerank_sample_check.py --examples out/examples -o out/bench/rerank_sample
+``--instances hard``: the example's own instances are too easy for MobileNetV2 (mAP@50 = 1.0 before
+and after reranking: nothing to predict), so the hard variant cuts the instances from the quadrants
+of the 10 *distractor* photos instead (as the example cuts its instances), whose random crops are
+the distractors: near-duplicate textures outrank positives.
+
+Run: PYTHONPATH=src python benchmarks/rerank_sample_check.py --examples out/examples -o out/bench/rerank_sample [--instances hard]
 """
 
 from __future__ import annotations
@@ -29,6 +34,30 @@ from pathlib import Path
 import numpy as np
 
 
+def write_hard_instances(out: Path) -> None:
+    """ILIAS tree of instances cut from the distractor photos' quadrants (query: the quadrant's centre
+    crop; positives: the quadrant, its mirror, a zoomed-out view), with the example's own cutting."""
+    import importlib.util
+
+    from PIL import ImageOps
+    spec = importlib.util.spec_from_file_location("real_backbone_inputs",
+                                                  Path(__file__).resolve().parents[1] / "examples" / "real_backbone_inputs.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    for name in m.DISTRACTOR_PHOTOS:
+        im = m.photo(name)
+        w, h = im.size
+        for qi, (x, y) in enumerate(((0, 0), (w // 2, 0), (0, h // 2), (w // 2, h // 2))):
+            qw, qh = w // 2, h // 2
+            inst = out / f"{name}-{qi}"
+            m._save(im.crop((x + qw // 6, y + qh // 6, x + qw - qw // 6, y + qh - qh // 6)), inst / "query" / "q.png")
+            region = im.crop((x, y, x + qw, y + qh))
+            m._save(region, inst / "pos" / "whole.png")
+            m._save(ImageOps.mirror(region), inst / "pos" / "mirrored.png")
+            big = (max(0, x - qw // 4), max(0, y - qh // 4), min(w, x + qw + qw // 4), min(h, y + qh + qh // 4))
+            m._save(im.crop(big), inst / "pos" / "zoomed_out.png")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=Path, default=Path("out/examples"))
@@ -37,6 +66,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--fraction", type=float, default=0.5)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--max-boxes", type=int, default=5)
+    ap.add_argument("--instances", choices=("example", "hard"), default="example")
     args = ap.parse_args(argv)
 
     import pyarrow as pa
@@ -58,26 +88,34 @@ def main(argv=None) -> dict:
     w.mkdir(parents=True, exist_ok=True)
     times = {}
     t = time.perf_counter()
-    queries, positives, qrels = ex.ilias_layout(photos / "instances")
+    instances = photos / "instances"
+    if args.instances == "hard":
+        instances = w / "hard_instances"
+        if not instances.exists():
+            write_hard_instances(instances)
+    queries, positives, qrels = ex.ilias_layout(instances)
     distractors = ex.image_items(photos / "distractors")
     kw = dict(pooling="pooled", progress=False, lineage=False)
+    sets = w / args.instances
     if not (w / "distractors" / "manifest.json").exists():
-        ex.extract(queries, model, w / "queries", role="queries", **kw)
-        ex.extract(positives, model, w / "positives", role="positives", **kw)
         ex.extract(distractors, model, w / "distractors", role="distractors", **kw)
+    if not (sets / "positives" / "manifest.json").exists():
+        ex.extract(queries, model, sets / "queries", role="queries", **kw)
+        ex.extract(positives, model, sets / "positives", role="positives", **kw)
         pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
-                       w / "qrels.parquet")
+                       sets / "qrels.parquet")
     times["extract_s"] = time.perf_counter() - t
+    w = sets                                   # scorings, reranked stats and truth per instance set
     n, depth = len(distractors), args.depth
     params = ProposalParams(max_boxes=args.max_boxes)
     d_items = [(i, p) for i, p, *_ in distractors]
     p_items = [(i, p) for i, p, *_ in positives]
 
     def scored(name, fraction, seed, r):
-        api.score(w / "queries", w / "positives", qrels=w / "qrels.parquet", distractors_dir=w / "distractors",
+        api.score(w / "queries", w / "positives", qrels=w / "qrels.parquet", distractors_dir=w.parent / "distractors",
                   out=w / f"{name}.parquet", fraction=fraction, seed=seed, k=max(100, r), backend="numpy",
                   lineage=False, candidates=r)
-        return rerank_sample(w / f"{name}.parquet", w / "queries", d_items, p_items, detector, model, w / "cache",
+        return rerank_sample(w / f"{name}.parquet", w / "queries", d_items, p_items, detector, model, w.parent / "cache",
                              w / f"{name}.reranked.parquet", params=params, progress=False, lineage=False)
 
     t = time.perf_counter()
@@ -85,7 +123,7 @@ def main(argv=None) -> dict:
     times["rerank_full_sample_s"] = time.perf_counter() - t
     gallery_top_lists(w / "full.parquet", w / "gallery_top.parquet", depth=depth)
     t = time.perf_counter()
-    rerank(w / "queries", w / "gallery_top.parquet", dict(d_items) | dict(p_items), detector, model, w / "cache",
+    rerank(w / "queries", w / "gallery_top.parquet", dict(d_items) | dict(p_items), detector, model, w.parent / "cache",
            w / "truth", k=depth, qrels=w / "qrels.parquet", params=params, progress=False, lineage=False)
     times["rerank_truth_lists_s"] = time.perf_counter() - t
     m = pq.read_table(w / "truth" / "metrics.parquet").to_pydict()
@@ -113,7 +151,7 @@ def main(argv=None) -> dict:
                          "counts_only": float(law.reranked_per_query(counts_h, metric, n, k, depth=depth).mean()),
                          "truth": truth[mm], "inside": row["ci_low"] <= truth[mm] <= row["ci_high"],
                          "first_stage_predicted": row["first_stage"], "first_stage_truth": first[mm]})
-    result = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
+    result = {"instances": args.instances, "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
               "N": n, "K'": depth, "fraction": args.fraction, "queries": v2.n_queries, "max_boxes": args.max_boxes,
               "truth": truth, "first_stage_truth": first, "plugin_at_fraction_1": plugin,
               "full_sample_images": full["images"], "times_s": {k: round(v, 1) for k, v in times.items()},
