@@ -179,3 +179,24 @@ def test_cli_score_candidates(sets, tmp_path, capsys):
                "--format", "json"])
     assert rc == 0
     assert json.loads(capsys.readouterr().out)["candidates"].endswith("c.candidates.parquet")
+
+
+def test_the_fast_merge_order_is_the_lexsort_or_falls_back_to_it(monkeypatch):
+    from rscale.score import candidates as c
+    rng = np.random.default_rng(3)
+    calls = {"lexsort": 0}
+    lexsort = np.lexsort
+
+    def counted(keys):
+        calls["lexsort"] += 1
+        return lexsort(keys)
+    monkeypatch.setattr(c.np, "lexsort", counted)
+    g = np.repeat(np.arange(50), 40)
+    v = rng.standard_normal(g.size).astype(np.float32)
+    p = np.tile(np.arange(40), 50)                      # ascending within each row: the fast path holds
+    assert np.array_equal(c._ordered(g, v, p), lexsort((p, -v, g))) and calls["lexsort"] == 0
+    v[::7] = 0.25                                       # exact ties, positions out of order
+    p = rng.permutation(g.size)
+    assert np.array_equal(c._ordered(g, v, p), lexsort((p, -v, g))) and calls["lexsort"] == 1
+    tiny = np.array([1e-30, 2e-30, 0.0], np.float32)    # distinct scores one float64 key cannot tell apart
+    assert np.array_equal(c._ordered(np.array([5, 5, 5]), tiny, np.array([0, 1, 2])), [1, 0, 2])
