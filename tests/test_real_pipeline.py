@@ -285,6 +285,9 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
     rc = main(["extract-backbone", "b", "--part", "gallery", "--config", str(cfg), "-o", str(out)])
     assert rc == 2 and not out.exists()               # data/ilias is missing: refused, nothing written
     assert main(["extract-backbone", "b", "--part", "all", "--config", str(cfg), "-o", str(out)]) == 2
+    # reranking before the entry was scored: one line naming the missing sample stats, nothing written
+    rc = main(["rerank-backbone", "b", "--config", str(cfg), "-o", str(tmp_path / "rr.parquet")])
+    assert rc == 2 and not (tmp_path / "rr.parquet").exists()
 
 
 def test_scored_backbone_names_the_query_intervention():
