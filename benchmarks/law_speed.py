@@ -7,20 +7,11 @@ values of N in well under a second. Run: .venv/bin/python benchmarks/law_speed.p
 from __future__ import annotations
 
 import platform
-import time
 
 import numpy as np
+from _timing import best_of
 
 from rscale.core import law
-
-
-def best_of(fn, repeat=5):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def loop_map(x_groups, n, k):
@@ -37,14 +28,14 @@ def main():
     sizes = rng.multinomial(60_000 - q, np.full(q, 1 / q)) + 1
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     x = np.exp(rng.uniform(np.log(1e-12), 0.0, sizes.sum()))
-    t_build = best_of(lambda: law.Hardness.from_flat(x, offsets))
+    t_build, _ = best_of(lambda: law.Hardness.from_flat(x, offsets))
     h = law.Hardness.from_flat(x, offsets)
     groups = [h.x[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
-    t_plugin = best_of(lambda: law.map_at_k(h, 1e8, 1000))
-    t_loop = best_of(lambda: loop_map(groups, 1e8, 1000), repeat=2)
+    t_plugin, _ = best_of(lambda: law.map_at_k(h, 1e8, 1000))
+    t_loop, _ = best_of(lambda: loop_map(groups, 1e8, 1000), repeat=2)
     ns = np.logspace(5, 9, 50)
-    t_curve = best_of(lambda: law.metric_curve(h, "AP", ns, 1000), repeat=3)
-    t_expected = best_of(lambda: law.map_at_k(h, 1e8, 1000, "expected"), repeat=3)
+    t_curve, _ = best_of(lambda: law.metric_curve(h, "AP", ns, 1000), repeat=3)
+    t_expected, _ = best_of(lambda: law.map_at_k(h, 1e8, 1000, "expected"), repeat=3)
     assert abs(law.map_at_k(h, 1e8, 1000) - loop_map(groups, 1e8, 1000)) < 1e-12
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
           f"numpy {np.__version__}")

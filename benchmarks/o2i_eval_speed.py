@@ -14,20 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 import numpy as np
+from _timing import best_of
 
 from rscale.core import o2i
-
-
-def best_of(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
 
 
 def main():

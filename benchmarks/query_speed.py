@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,24 +18,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-
-def median_time(fn, repeat=20):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from _timing import median_of
 
 
 def timed(cmd, env, repeat=5):
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(cmd, env=env, check=True, capture_output=True)
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    """Median wall time of running ``cmd`` (a fresh process each time)."""
+    return median_of(lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), repeat)[0]
 
 
 def main():
@@ -72,19 +59,19 @@ def main():
     t0 = time.perf_counter()
     api.query(q, reg, bootstrap=0)   # first query of a process: opens the catalog, decodes Parquet
     t_first = time.perf_counter() - t0
-    t_uncached = median_time(lambda: (clear_caches(), api.query(q, reg, bootstrap=0)), repeat=10)
+    t_uncached, _ = median_of(lambda: (clear_caches(), api.query(q, reg, bootstrap=0)), repeat=10)
     from rscale.store.registry import Registry
     v = Registry(reg).get("speed")
     blob = Registry(reg).blob_path(v.hardness)
     from hashlib import sha256
-    t_hash = median_time(lambda: sha256(blob.read_bytes()).hexdigest(), repeat=20)
-    t_query = median_time(lambda: api.query(q, reg, bootstrap=200, ci_kind="population"))
-    t_point = median_time(lambda: api.query(q, reg, bootstrap=0, ci_kind="population"))
-    t_bench = median_time(lambda: api.query(q, reg))
+    t_hash, _ = median_of(lambda: sha256(blob.read_bytes()).hexdigest(), repeat=20)
+    t_query, _ = median_of(lambda: api.query(q, reg, bootstrap=200, ci_kind="population"))
+    t_point, _ = median_of(lambda: api.query(q, reg, bootstrap=0, ci_kind="population"))
+    t_bench, _ = median_of(lambda: api.query(q, reg))
     from rscale.core.law import Hardness, map_at_k
     hh = Hardness.from_flat(est.x, est.offsets)
-    t_law = median_time(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
-    t_query_1000 = median_time(lambda: api.query(q, reg, bootstrap=1000, ci_kind="population"))
+    t_law, _ = median_of(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
+    t_query_1000, _ = median_of(lambda: api.query(q, reg, bootstrap=1000, ci_kind="population"))
     env = {**os.environ, "RSCALE_REGISTRY": str(reg)}
     py = sys.executable
     t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"], env)

@@ -21,20 +21,10 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-
-def timed(fn, repeats: int = 1):
-    """(best wall time of ``repeats`` calls, the last call's result): the machine is shared."""
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+from _timing import best_of  # noqa: E402
 
 
 def main(argv=None):
@@ -54,9 +44,9 @@ def main(argv=None):
     tmp = Path(tempfile.mkdtemp(prefix="rscale-ray-bench-"))
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
           f"ray {ray.__version__}, numpy {np.__version__}")
-    t_import, _ = timed(lambda: __import__("ray.data"))
-    t_init, _ = timed(lambda: ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
-                                       logging_level=logging.ERROR))
+    t_import, _ = best_of(lambda: __import__("ray.data"), 1)
+    t_init, _ = best_of(lambda: ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
+                                         logging_level=logging.ERROR), 1)
     print(f"start-up: import ray.data {t_import:.2f} s, ray.init(num_cpus={args.cpus}) {t_init:.2f} s")
 
     @ray.remote(num_cpus=1)
@@ -65,9 +55,9 @@ def main(argv=None):
 
     ray.get([nothing.remote(i) for i in range(20)])                      # workers up
     n = 400
-    t_tasks, _ = timed(lambda: ray.get([nothing.remote(i) for i in range(n)]))
+    t_tasks, _ = best_of(lambda: ray.get([nothing.remote(i) for i in range(n)]), 1)
     big = np.zeros((200, 4000), np.float32)                               # a partial's top-K at Q=200, K=4000
-    t_big, _ = timed(lambda: ray.get([nothing.remote(big) for _ in range(50)]))
+    t_big, _ = best_of(lambda: ray.get([nothing.remote(big) for _ in range(50)]), 1)
     print(f"per task: {1e3 * t_tasks / n:.2f} ms (empty, {n} in flight); with a 3.2 MB argument and result "
           f"{1e3 * t_big / 50:.2f} ms")
 
@@ -79,9 +69,9 @@ def main(argv=None):
         kw = dict(queries_dir=root / "queries", positives_dir=root / "positives", qrels=root / "qrels.parquet",
                   distractors_dir=root / "distractors", k=1000, backend="numpy", lineage=False)
         for fraction in (1.0, 0.1):
-            t_loc, _ = timed(lambda: api.score(**kw, out=tmp / "l.parquet", fraction=fraction), args.repeats)
-            t_ray, _ = timed(lambda: api.score(**kw, out=tmp / "r.parquet", fraction=fraction, engine="ray"),
-                             args.repeats)
+            t_loc, _ = best_of(lambda: api.score(**kw, out=tmp / "l.parquet", fraction=fraction), args.repeats)
+            t_ray, _ = best_of(lambda: api.score(**kw, out=tmp / "r.parquet", fraction=fraction, engine="ray"),
+                               args.repeats)
             same = (tmp / "l.parquet").read_bytes() == (tmp / "r.parquet").read_bytes()
             rows.append((shards, fraction, t_loc, t_ray, same))
     print(f"\nscoring {args.queries} queries x {args.distractors:,} distractors x d={args.dim}, K=1000 "
@@ -113,9 +103,9 @@ def main(argv=None):
             (sub / p.name).symlink_to(p)
         kw = dict(batch_size=16, shard_size=64, progress=False)
         # a fresh folder per call: a second call into the same one would resume (nothing to do)
-        t_loc, _ = timed(lambda: api.extract(sub, tmp / "vit", out=tempfile.mkdtemp(dir=tmp), **kw), args.repeats)
-        t_ray, info = timed(lambda: api.extract(sub, tmp / "vit", out=tempfile.mkdtemp(dir=tmp), **kw, engine="ray"),
-                            args.repeats)
+        t_loc, _ = best_of(lambda: api.extract(sub, tmp / "vit", out=tempfile.mkdtemp(dir=tmp), **kw), args.repeats)
+        t_ray, info = best_of(lambda: api.extract(sub, tmp / "vit", out=tempfile.mkdtemp(dir=tmp), **kw, engine="ray"),
+                              args.repeats)
         ext.append((count, t_loc, t_ray, info))
     print(f"\nextraction, random ViT (4 x 192, 112 px, patch 16), batch 16, shards of 64 (wall s)")
     print("| images | local | ray (actors x threads) | ray - local |")

@@ -33,17 +33,9 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _timing import best_of  # noqa: E402
 
 from rscale.core import rerank as rr  # noqa: E402
-
-
-def best_of(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
 
 
 def region_extraction(args, root: Path):

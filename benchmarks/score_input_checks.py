@@ -17,19 +17,10 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 import argparse  # noqa: E402
 import platform  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+from _timing import best_of  # noqa: E402
 
 
 def main(argv=None):
@@ -47,22 +38,23 @@ def main(argv=None):
         api.make_descriptor_sets(sets, instances=args.instances, dim=args.dim, distractors=args.distractors, seed=0)
         names = ("queries", "positives", "distractors")
         opened = [DescriptorSet.open(sets / n) for n in names]
-        verify = best(lambda: [d.verify() for d in opened], args.repeat)
+        verify, _ = best_of(lambda: [d.verify() for d in opened], args.repeat)
 
         def norms():
             for _, v in opened[2].shards():
                 for a in range(0, len(v), 16384):
                     b = np.asarray(v[a:a + 16384], dtype=np.float32)
                     np.sqrt(np.einsum("ij,ij->i", b, b))
-        norm = best(norms, args.repeat)
+        norm, _ = best_of(norms, args.repeat)
         print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}, "
               f"{os.cpu_count()} cpus; Q={args.instances}, d={args.dim}, distractors={args.distractors:,}")
         print(f"digest check of the three sets: {verify:.3f} s; norm check of every distractor row: {norm:.3f} s "
               "(an upper bound: it includes the float32 conversion scoring does anyway)")
         for fraction in (1.0, 0.05):
-            total = best(lambda: api.score(*(sets / n for n in names[:2]), sets / "qrels.parquet", sets / "distractors",
-                                           Path(tmp) / "ss.parquet", fraction=fraction, k=200, backend="numpy",
-                                           lineage=False), args.repeat)
+            total, _ = best_of(lambda: api.score(*(sets / n for n in names[:2]), qrels=sets / "qrels.parquet",
+                                                 distractors_dir=sets / "distractors", out=Path(tmp) / "ss.parquet",
+                                                 fraction=fraction, k=200, backend="numpy", lineage=False),
+                               args.repeat)
             share = fraction * norm
             print(f"api.score fraction {fraction:g}: {total:.3f} s, of which digests {verify / total:.0%} and "
                   f"norms ~{share / total:.0%} (scored rows only)")

@@ -43,6 +43,9 @@ def base(tmp_path_factory):
             os.environ["MLFLOW_TRACKING_URI"] = old_uri
     for p in root.rglob("*.run.json"):          # sidecars name the throw-away MLflow store
         p.unlink()
+    # no catalog snapshot: a refused read must not fill it either (it is written only by a
+    # command that succeeds, catalog_cache.py)
+    (root / "registry" / "catalog.snapshot.json").unlink()
     (root / "afile").write_text("not a folder\n")
     (root / "adir").mkdir()
     return root
@@ -206,17 +209,11 @@ ROWS = [
 ]
 
 
-# a read cache of the catalog that any successful catalog read may (re)write; derived, not output
-READ_CACHE = "registry/catalog.snapshot.json"
-
-
 def tree(root: Path) -> dict:
     """Every path under root with its kind, size, mtime and content digest."""
     out = {}
     for p in sorted(root.rglob("*")):
         rel = str(p.relative_to(root))
-        if rel == READ_CACHE:
-            continue
         if p.is_dir():
             out[rel] = "dir"
         else:

@@ -138,6 +138,7 @@ def test_registry_commands_end_to_end(tmp_path, capsys):
     receipt = json.loads((tmp_path / "r.json").read_text())
     assert receipt == {k: out[k] for k in ("ref", "hardness", "series")}
     listed = run_json(capsys, ["ls", "-r", reg])
+    assert [(e.pop("kind"), e.pop("ref")) for e in listed] == [("hardness", "sim_bounded@v1")]
     assert listed == plain(api.list_versions(reg)) and [v["hardness"] for v in listed] == [out["hardness"]]
     assert run_json(capsys, ["tag", "sim_bounded@v1", "released", "-r", reg])["ref"] == "sim_bounded@v1"
     shown = run_json(capsys, ["show", "sim_bounded@released", "-r", reg])

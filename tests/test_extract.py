@@ -377,3 +377,37 @@ def test_no_progress_means_no_weight_loading_bar_either(tmp_path, capfd):
     ex.extract(items, model, tmp_path / "out", role="positives", progress=False)
     assert "Loading weights" not in capfd.readouterr().err
     assert tf_logging.is_progress_bar_enabled()          # restored for everything after
+
+
+def test_extracted_and_simulated_sets_register_under_their_benchmark_not_unknown(tmp_path):
+    # the registry listed benchmark 'unknown' for every descriptor-set backbone: scoring never
+    # carried a benchmark into the sample stats. The query set records it (an ILIAS tree: its
+    # folder's name made nameable; make-descriptors: sim-descriptors) and scoring passes it on
+    from rscale import api
+    from rscale.cli import main
+    model = save(tmp_path, "vit")
+    root = tmp_path / "my ilias"
+    for inst in ("a", "b", "c"):
+        (root / inst / "query").mkdir(parents=True)
+        (root / inst / "pos").mkdir()
+        Image.new("RGB", (40, 30), (200, 10 if inst == "a" else 90, 10)).save(root / inst / "query" / "q.jpg")
+        Image.new("RGB", (40, 30), (10, 200, 10)).save(root / inst / "pos" / "p.jpg")
+    sets = tmp_path / "sets"
+    assert main(["extract", str(root), "--model", str(model), "-o", str(sets), "--layout", "ilias"]) == 0
+    (tmp_path / "dis").mkdir()
+    images(tmp_path / "dis", n=6)
+    assert main(["extract", str(tmp_path / "dis"), "--model", str(model), "-o", str(sets / "distractors")]) == 0
+    assert DescriptorSet.open(sets / "queries").manifest["benchmark"] == "my_ilias"
+    assert "benchmark" not in DescriptorSet.open(sets / "queries").manifest["recipe"]   # resumes still match
+    api.score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=sets / "distractors",
+              out=tmp_path / "ss.parquet", k=5, lineage=False)
+    api.estimate(tmp_path / "ss.parquet", "count", params=(), out=tmp_path / "h.parquet")
+    api.register(tmp_path / "h.parquet", tmp_path / "ss.parquet", registry=tmp_path / "reg")
+    api.make_descriptor_sets(tmp_path / "sim", instances=6, dim=8, positives=2, distractors=500, seed=0)
+    sim = tmp_path / "sim"
+    api.score(sim / "queries", sim / "positives", qrels=sim / "qrels.parquet", distractors_dir=sim / "distractors",
+              out=tmp_path / "sim.ss.parquet", k=5, lineage=False)
+    api.estimate(tmp_path / "sim.ss.parquet", "count", params=(), out=tmp_path / "sim.h.parquet")
+    api.register(tmp_path / "sim.h.parquet", tmp_path / "sim.ss.parquet", registry=tmp_path / "reg")
+    got = {v.backbone: v.benchmark for v in api.list_versions(tmp_path / "reg")}
+    assert got == {"vit": "my_ilias", "sim_desc": "sim-descriptors"}, got

@@ -99,7 +99,7 @@ def test_the_same_training_gives_the_same_digests_in_any_process(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["targets", "rank", "no_weights", "unreadable", "other_base", "unknown_key",
-                                  "no_data", "out_is_file", "unreadable_before_converting"])
+                                  "no_data", "out_is_file", "unreadable_before_converting", "precision"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case):
     base, imgs = save(tmp_path, "vit"), draw_images(tmp_path, n=4)
     argv = ["train-lora", "--config", str(config(tmp_path)), "--base", str(base), "--data", str(imgs),
@@ -110,7 +110,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
             "other_base": "was trained from base weights sha256:.*this base model is sha256:",
             "unknown_key": r"unknown lora parameter\(s\) \['ranks'\]",
             "no_data": "no training data", "out_is_file": "is a file",
-            "unreadable_before_converting": "1 of 5 training images cannot be read"}[case]
+            "unreadable_before_converting": "1 of 5 training images cannot be read",
+            "precision": "precision must be one of float32, bfloat16, got 'fp16'"}[case]
     if case == "targets":
         argv += ["--targets", "attn_q"]
     elif case == "rank":
@@ -134,6 +135,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
         (tmp_path / "out").write_text("x")
     elif case == "unreadable_before_converting":          # the builtin base would be converted into place
         (imgs / "broken.png").write_bytes(b"not an image")
+        argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
+    elif case == "precision":                              # refused before the builtin base is converted
+        argv += ["--precision", "fp16"]
         argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
     before = files_under(tmp_path)
     capsys.readouterr()
@@ -318,3 +322,117 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     sh(*dvc, "repro", "pipelines/lora/dvc.yaml")
     man = json.loads((tmp_path / "out" / "lora" / "model" / lora.MANIFEST).read_text())
     assert man["steps"] == TINY["steps"] + 2 and man["params"]["resumed_from"] == 0
+
+
+def commented_lora_entry(root=ROOT) -> tuple[str, dict]:
+    """params.yaml's commented real_backbones entry on the merged model (under the lora: section)."""
+    lines = (root / "params.yaml").read_text().splitlines()
+    start = lines.index("#   mobilenet_v2_lora:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#"):
+            break
+        block.append(line[2:])
+    (name, entry), = yaml.safe_load("\n".join(block)).items()
+    return name, entry
+
+
+def test_the_commented_lora_entry_points_at_the_merged_model(tmp_path):
+    from rscale.api.real_backbones import load_real_backbone
+
+    name, entry = commented_lora_entry()
+    lora_section = yaml.safe_load((ROOT / "params.yaml").read_text())["lora"]
+    assert name == "mobilenet_v2_lora" and entry["backbone"]["model"] == f"{lora_section['out']}/model"
+    assert entry["backbone"]["pooling"] == "pooled"            # as the O2I benchmark pools the base MobileNetV2
+    # uncommented under real_backbones:, it reads as an entry once train_lora has written the folder
+    merged = tmp_path / entry["backbone"]["model"]
+    shutil.copytree(save(tmp_path, "mobilenet"), merged)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"real_backbones": {name: entry}}))
+    got = load_real_backbone(tmp_path / "params.yaml", name)
+    assert got.model == merged and got.registered_name == name and got.root == tmp_path / entry["images"]["root"]
+    # and the real stages' graph reaches train_lora through it: the model folder is one of their deps
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert "${item.backbone.model}" in stages["real_gallery"]["do"]["deps"]
+    assert "${item.backbone.model}" in stages["real_queries"]["do"]["deps"]
+
+
+@pytest.mark.slow
+def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_path):
+    """From a `git clone` of this repository (its committed dvc.yaml, pipelines/lora/dvc.yaml and
+    params.yaml): a tiny ViT as lora.base and params.yaml's commented real_backbones entry on the
+    merged model switched on -> `dvc repro real_register@NAME` trains and merges (train_lora), extracts,
+    scores, estimates and registers; the registered version's lineage reaches the base weights,
+    the adapter and the training list, and `dvc status` is clean. It tests the committed tree:
+    uncommitted changes are not in the clone."""
+    pytest.importorskip("dvc")
+    from test_real_pipeline import images        # an ILIAS tree and distractors, one definition
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("RSCALE_REGISTRY", None)
+
+    def sh(*cmd, cwd):
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{cmd}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    repo = tmp_path / "clone"
+    sh("git", "clone", "-q", str(ROOT), str(repo), cwd=tmp_path)
+    env["PYTHONPATH"] = str(repo / "src")                        # the clone's code, as DVC's stages run it
+    base = save(repo, "vit")                                     # repo/vit-0, tiny random ViT
+    draw_images(repo, n=6)                                       # repo/images-0: the training images
+    images(repo / "data", instances=6, positives=2, distractors=120)
+    name, entry = commented_lora_entry(repo)                     # the clone's own params.yaml
+    assert entry["backbone"]["model"] == "out/lora/model"
+    entry["backbone"].update({"pooling": "cls", "preprocessing": "resize", "resolution": 32, "batch_size": 16})
+    entry["images"].update({"root": "data/ilias", "distractors": "data/distractors"})
+    entry["score"].update({"fraction": 0.5, "k": 40})
+    params_file = repo / "params.yaml"
+    params = yaml.safe_load(params_file.read_text())
+    params["lora"].update({**TINY, "base": "vit-0", "data": "images-0"})
+    params["real_backbones"] = {"tiny_lora": entry}
+    params["estimate"]["evt"]["k_top"] = 40
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    dvc, rscale = [sys.executable, "-m", "dvc"], [sys.executable, "-m", "rscale.cli"]
+
+    sh(*dvc, "repro", "real_register@tiny_lora", cwd=repo)
+    out = repo / params["lora"]["out"]
+    man = json.loads((out / "model" / lora.MANIFEST).read_text())
+    assert man["steps"] == TINY["steps"] and man["base"]["weights_sha256"] == weights_digest(base)
+    receipt = json.loads((repo / "out" / "registered" / "tiny_lora.json").read_text())
+    assert receipt["ref"] == "tiny_lora@v1"
+    versions = json.loads(sh(*rscale, "ls", "-r", "registry", "--format", "json", cwd=repo))
+    assert [v["backbone"] for v in versions] == ["tiny_lora"]
+    # the descriptor sets came from the merged model (its digest), and carry the manifest's lineage
+    from rscale.store.descriptor_set import DescriptorSet
+    queries = DescriptorSet.open(repo / "out" / "real" / "tiny_lora" / "queries")
+    assert queries.count == 6 and queries.manifest["weights_sha256"] == weights_digest(out / "model")
+
+    lin = json.loads(sh(*rscale, "lineage", "tiny_lora", "-r", "registry", "--models", str(out), "--format",
+                        "json", cwd=repo))
+    assert lin["version"]["ref"] == "tiny_lora@v1"
+    (walk,) = lin["backbones"].values()
+    assert walk["lora"] and walk["weights"]["verified"] and walk["weights"]["sha256"] == weights_digest(out / "model")
+    assert walk["base_weights"]["sha256"] == weights_digest(base) and walk["base_weights"]["verified"]
+    assert Path(walk["base_weights"]["path"]).resolve() == base.resolve()
+    assert walk["adapter"] == {"sha256": weights_digest(out / "adapter"), "path": str(out / "adapter"),
+                               "verified": True}
+    assert walk["training_list"]["verified"] and walk["training_list"]["images"] == 6
+    assert walk["training_list"]["sha256"] == man["training_list_sha256"]
+
+    # every stage of the chain is recorded and up to date: train_lora in pipelines/lora/dvc.lock,
+    # the real_* stages in dvc.lock; nothing reruns
+    lock = yaml.safe_load((repo / "pipelines" / "lora" / "dvc.lock").read_text())["stages"]
+    assert {d["path"] for d in lock["train_lora"]["deps"]} >= {"vit-0", "images-0"}
+    root_lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert {f"{s}@tiny_lora" for s in ("real_gallery", "real_queries", "real_score", "real_estimate",
+                                       "real_register")} <= set(root_lock)
+    assert "out/lora/model" in {d["path"] for d in root_lock["real_gallery@tiny_lora"]["deps"]}
+    assert "up to date" in sh(*dvc, "status", "--with-deps", "real_register@tiny_lora", cwd=repo)
+    assert "up to date" in sh(*dvc, "status", "pipelines/lora/dvc.yaml", cwd=repo)
+    # a trainer parameter reruns the training and, through the merged model, everything after it
+    params["lora"]["rank"] = 2
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    stale = sh(*dvc, "status", "--with-deps", "real_register@tiny_lora", cwd=repo)
+    assert "train_lora" in stale and "lora.rank" in stale

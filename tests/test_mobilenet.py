@@ -307,3 +307,36 @@ def test_a_concurrent_conversion_of_the_same_source_is_kept(tmp_path, monkeypatc
     assert calls and not res.written
     assert mb.convert_mobilenet_v2(out, src, config=tiny_config()).written is False
     assert not list(tmp_path.glob(".ckpt.*"))
+
+
+def test_the_weights_digest_covers_weights_and_config_not_rscales_manifest(tmp_path):
+    # the same weights had another digest once rscale_manifest.json was written into their folder
+    from rscale.producers.lineage import weights_digest
+    torch.save(torchvision_layout(), tmp_path / "tiny.pth")
+    a = mb.convert_mobilenet_v2(tmp_path / "a", tmp_path / "tiny.pth", config=tiny_config()).path
+    b = tmp_path / "b"
+    b.mkdir()
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        (b / name).write_bytes((a / name).read_bytes())
+    assert (a / mb.MANIFEST).is_file() and not (b / mb.MANIFEST).exists()
+    assert weights_digest(a) == weights_digest(b)
+    (b / mb.MANIFEST).write_text(json.dumps({"kind": "rscale.backbone.lora_merged", "note": "another"}))
+    assert weights_digest(a) == weights_digest(b)
+    config = json.loads((b / "config.json").read_text())
+    (b / "config.json").write_text(json.dumps({**config, "depth_multiplier": 0.5}))
+    assert weights_digest(a) != weights_digest(b)                  # the config is part of the model
+
+
+def test_a_lora_merged_folders_manifest_is_not_read_as_a_conversions(tmp_path):
+    # both are rscale_manifest.json; convert_mobilenet_v2 took any as its own and replaced the folder
+    torch.save(torchvision_layout(), tmp_path / "tiny.pth")
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    (merged / "config.json").write_text("{}")
+    (merged / mb.MANIFEST).write_text(json.dumps({"schema": 1, "kind": "rscale.backbone.lora_merged"}))
+    with pytest.raises(InvalidArgumentError, match="not a converted checkpoint"):
+        mb.convert_mobilenet_v2(merged, tmp_path / "tiny.pth", config=tiny_config())
+    assert (merged / "config.json").read_text() == "{}"
+    from rscale.store.checkpoint_manifest import read_checkpoint_manifest
+    assert read_checkpoint_manifest(merged, "rscale.backbone.mobilenet_v2") is None
+    assert read_checkpoint_manifest(merged, "rscale.backbone.lora_merged")["schema"] == 1

@@ -255,6 +255,29 @@ def test_cli_run_writes_report(tmp_path, capsys):
     assert len(api_o2i.read_manifest(tmp_path / "o")["assets"]) == 2
 
 
+def test_a_run_on_the_pyrender_renderer_records_it_and_registers(tmp_path):
+    from rscale.errors import MissingExtraError, MissingSystemLibraryError
+    from rscale.producers.o2i import pbr
+    try:
+        version = pbr.pbr_renderer_version()
+    except (MissingExtraError, MissingSystemLibraryError) as exc:
+        pytest.skip(f"the pyrender renderer cannot run here: {exc}")
+    from rscale.api.o2i_registry import register_o2i
+    from rscale.store.registry import Registry
+    mb = tiny_mobilenet(tmp_path / "mb")
+    cfg = api_o2i.load_o2i_config(section=section(tmp_path, [{"name": "mb", "model": str(mb), "pooling": "pooled"}],
+                                                  objects=3, renderer="pyrender"))
+    assert cfg.renderer == "pyrender"
+    res = api_o2i.run_o2i(cfg, tmp_path / "out", progress=False, lineage=False)
+    man = api_o2i.read_manifest(tmp_path / "out")
+    assert man["renders"]["renderer"] == version and man["params"]["renderer"] == "pyrender"
+    assert res.counters.rendered == 3 * len(DISTANCES)
+    assert version in (tmp_path / "out" / "report.md").read_text()
+    reg = tmp_path / "reg"
+    register_o2i(tmp_path / "out", registry=reg)
+    assert Registry.locate(reg).artifact("o2i", "mb").inputs["renderer"] == version
+
+
 BAD = [
     ("unknown backbone", {"backbones": ["resnet_typo"]}, [], "unknown backbone 'resnet_typo'"),
     ("missing checkpoint folder", {"backbones": [{"model": "ckpts/missing", "pooling": "cls"}]}, [],
@@ -263,6 +286,8 @@ BAD = [
     ("objects 0", {}, ["--objects", "0"], "--objects / o2i.objects must be an integer in 2..1015, got 0"),
     ("unknown key", {"objekts": 3}, [], "o2i: unknown key(s) ['objekts']"),
     ("bad pooling", {"backbones": [{"model": "mobilenet_v2_imagenet", "pooling": "max"}]}, [], "pooling must be one of"),
+    ("unknown renderer", {"renderer": "blender"}, [],
+     "o2i.renderer must be one of tinyrenderer, pyrender, got 'blender'"),
 ]
 
 

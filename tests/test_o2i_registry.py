@@ -413,3 +413,105 @@ def test_a_killed_registration_leaves_no_half_visible_result(runs, tmp_path):
         report = r.verify()
         assert report["leftovers"] == [] and report["corrupt"] == [], report
     assert killed >= 3, f"only {killed} of 5 registrations were still running when killed"
+
+
+def golden_hardness_registry(root: Path) -> Path:
+    """A catalog of version 2 with one hardness version (sim_gaussian@v1), as the report test uses."""
+    shutil.copytree(GOLDEN / "catalog-v1" / "blobs", root / "blobs")
+    with gzip.open(GOLDEN / "catalog-v2" / "catalog.duckdb.gz") as src, open(root / "catalog.duckdb", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return root
+
+
+def test_ls_lists_o2i_versions_and_tags_work_for_them_as_for_hardness(runs, tmp_path, capsys):
+    root = golden_hardness_registry(tmp_path / "reg")
+    register_o2i(runs["a"], registry=root)                                          # o2i:mb@v1 (3 objects)
+    two = api_o2i.run_o2i(api_o2i.load_o2i_config(section=section(
+        runs["tmp"], [{"name": "mb", "model": str(runs["mb"]), "pooling": "pooled"}], objects=2)),
+        tmp_path / "two", progress=False, lineage=False)
+    assert [r["ref"] for r in register_o2i(two.out, registry=root)["results"]] == ["o2i:mb@v2"]
+    register_o2i(runs["b"], registry=root)                                          # o2i:vit@v1; mb: no change
+
+    def listed():
+        assert main(["ls", "-r", str(root), "--format", "json"]) == 0
+        return {e["ref"]: e for e in json.loads(capsys.readouterr().out)}
+
+    got = listed()
+    assert [(e["kind"], ref) for ref, e in got.items()] == [
+        ("hardness", "sim_gaussian@v1"), ("o2i", "o2i:mb@v1"), ("o2i", "o2i:mb@v2"), ("o2i", "o2i:vit@v1")]
+    assert [got[r]["tags"] for r in ("o2i:mb@v1", "o2i:mb@v2", "o2i:vit@v1")] == [[], ["latest"], ["latest"]]
+    assert got["o2i:mb@v2"]["summary"]["objects"] == 2 and got["o2i:mb@v1"]["content"] != got["o2i:mb@v2"]["content"]
+    assert main(["ls", "-r", str(root)]) == 0
+    table = capsys.readouterr().out
+    assert "hardness" in table and "sim_gaussian" in table and "3 objects x 4" in table and "2 objects x 4" in table
+
+    # tags: the same command, the same tags table and rules as a hardness version's
+    assert main(["tag", "o2i:mb@v1", "released", "-r", str(root), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"tag": "released", "ref": "o2i:mb@v1", "series": "o2i/mb/o2i"}
+    assert main(["tag", "sim_gaussian@v1", "released", "-r", str(root)]) == 0
+    capsys.readouterr()
+    reg = Registry(root)
+    assert reg.artifact("o2i", "mb", "released").version == 1 and reg.get("sim_gaussian", "released").version == 1
+    assert main(["show", "o2i:mb@released", "-r", str(root)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["version"] == 1 and shown["tags"] == ["released"]
+    assert listed()["o2i:mb@v1"]["tags"] == ["released"]
+    # it moves, as a hardness tag does, and never touches another series
+    assert main(["tag", "o2i:mb@v2", "released", "-r", str(root)]) == 0
+    assert "released -> o2i:mb@v2 [o2i/mb/o2i]" in capsys.readouterr().out
+    got = listed()
+    assert (got["o2i:mb@v1"]["tags"], got["o2i:mb@v2"]["tags"]) == ([], ["latest", "released"])
+    assert got["sim_gaussian@v1"]["tags"] == ["latest", "released"] and got["o2i:vit@v1"]["tags"] == ["latest"]
+    from rscale.api.o2i_registry import load_compare_operand
+    assert load_compare_operand("o2i:mb@released/gp", root).label == "o2i:mb@v2/gp"
+    with reg.connect() as con:                     # one tags table: the artifact's row keyed by its reference
+        rows = sorted(con.execute("SELECT backbone, benchmark, source, estimator, tag, version FROM tags").fetchall())
+    assert rows == [("o2i:mb", "o2i", "", "", "released", 2), (*reg.get("sim_gaussian").series, "released", 1)]
+    # refusals: one line, exit 2, the registry unchanged
+    before = (root / "catalog.duckdb").read_bytes()
+    for args, text in [(["tag", "o2i:mb@v1", "latest"], "'latest' is reserved"),
+                       (["tag", "o2i:mb@v1", "v3"], "'v3' is reserved"),
+                       (["tag", "o2i:mb@v1", "bad tag"], "tag name 'bad tag' cannot be named"),
+                       (["show", "o2i:vit@released"], "o2i:vit has no version 'released' (has: latest, v1)"),
+                       (["tag", "o2i:nope@v1", "released"], "no registered o2i results for 'nope'")]:
+        assert main([*args, "-r", str(root)]) == 2, args
+        err = capsys.readouterr().err
+        assert text in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert (root / "catalog.duckdb").read_bytes() == before
+    assert reg.verify()["corrupt"] == [] and reg.get("sim_gaussian").version == 1
+
+
+def test_the_run_records_its_code_version_and_the_registry_keeps_the_runs(runs, tmp_path, capsys):
+    from rscale.api.o2i_registry import check_o2i_folder
+    from rscale.producers.lineage import code_version
+    man = api_o2i.read_manifest(runs["a"])
+    assert man["code_version"] == code_version() and man["code_version"].startswith("rscale ")
+    reg_dir = tmp_path / "reg"
+    register_o2i(runs["a"], registry=reg_dir)
+    [a] = Registry(reg_dir).artifacts()
+    assert a.code_version == a.inputs["code_version"] == man["code_version"]
+    assert main(["lineage", "o2i:mb@v1", "-r", str(reg_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["code_version"] == man["code_version"]
+    assert main(["show", "o2i:mb", "-r", str(reg_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["code_version"] == man["code_version"]
+    bundle = tmp_path / "mb.tar"
+    assert main(["export", "o2i:mb@v1", "-o", str(bundle), "-r", str(reg_dir)]) == 0
+    import tarfile
+    with tarfile.open(bundle) as tar:
+        assert json.load(tar.extractfile("manifest.json"))["artifact"]["code_version"] == man["code_version"]
+    # a run made by another rscale: its code version is recorded, not the registering one's, and is lineage
+    old = tmp_path / "old"
+    shutil.copytree(runs["a"], old)
+    edited = {**man, "code_version": "rscale 0.0.9 git 0123456789ab"}
+    (old / "manifest.json").write_text(json.dumps(edited, indent=2, sort_keys=True) + "\n")
+    assert check_o2i_folder(old)["manifest"]["code_version"] == "rscale 0.0.9 git 0123456789ab"
+    other = tmp_path / "other"
+    register_o2i(old, registry=other)
+    [b] = Registry(other).artifacts()
+    assert b.code_version == b.inputs["code_version"] == "rscale 0.0.9 git 0123456789ab"
+    assert b.content == a.content and b.lineage != a.lineage
+    # a folder written before manifests recorded it: the registering rscale's
+    del edited["code_version"]
+    (old / "manifest.json").write_text(json.dumps(edited, indent=2, sort_keys=True) + "\n")
+    register_o2i(old, registry=tmp_path / "older")
+    assert Registry(tmp_path / "older").artifacts()[0].code_version == code_version()

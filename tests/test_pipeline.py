@@ -38,8 +38,9 @@ def project(tmp_path):
     stages["stages"].pop("o2i")            # the O2I benchmark's stage: tests/test_o2i_pipeline.py runs it
     stages["stages"].pop("real_example")   # the real-backbone example's inputs (real MobileNetV2 weights)
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
+    # the stages run the copied sources (their dependencies), not whichever rscale the venv has
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "PYTHONPATH": str(tmp_path / "src"), "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     env.pop("RSCALE_REGISTRY", None)
     run(["git", "init", "-q"], tmp_path, env)
@@ -47,6 +48,14 @@ def project(tmp_path):
     run(["git", "add", "-A"], tmp_path, env)
     run(["git", "commit", "-qm", "init"], tmp_path, env)
     return tmp_path, env
+
+
+def test_the_stages_run_the_sources_under_test(project):
+    # without PYTHONPATH the stages' `rscale` ran whatever rscale the venv had installed (another
+    # checkout's sources), not the copy under src/ that they list as dependencies
+    path, env = project
+    where = run([sys.executable, "-c", "import rscale.cli; print(rscale.cli.__file__)"], path, env).strip()
+    assert Path(where).resolve() == (path / "src" / "rscale" / "cli" / "__init__.py").resolve(), where
 
 
 def test_repro_fills_the_registry_and_exp_run_ablates(project):

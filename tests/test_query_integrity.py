@@ -9,6 +9,7 @@ import pytest
 from rscale import api
 from rscale.cli import main
 from rscale.errors import RegistryError
+from rscale.store.catalog_cache import content_key
 from rscale.store.registry import Registry, clear_caches
 
 from test_registry import make_files
@@ -121,3 +122,36 @@ def test_a_cold_query_loads_neither_pandas_nor_duckdb_nor_heavy_extras(two_versi
             f"print('LOADED', ','.join(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pandas" in HEAVY and out.stdout.strip().endswith("LOADED"), out.stdout
+
+
+def test_a_refused_read_writes_no_snapshot_and_a_current_one_is_never_rewritten(two_versions, capsys):
+    # a read that fails (a blob failing its digest check, an unknown name) must write nothing,
+    # although it read the catalog; a read that succeeds fills an absent snapshot once
+    reg_root, reg, v1, _ = two_versions
+    argv = ["query", Q, "-r", str(reg_root), "--bootstrap", "0"]
+    reg.snapshot.unlink()
+    p = reg.blob_path(v1.hardness)
+    data = p.read_bytes()
+    _rewrite(p, data[:100] + bytes([data[100] ^ 0x10]) + data[101:])
+    clear_caches()
+    assert main(argv) == 2 and "corrupt" in capsys.readouterr().err
+    assert not reg.snapshot.exists()
+    clear_caches()
+    assert main(["query", "mAP@1000 at N=1e8 for nosuch", "-r", str(reg_root)]) == 2
+    assert not reg.snapshot.exists()
+    _rewrite(p, data)
+    clear_caches()
+    assert main(argv) == 0
+    assert reg.cache.read_snapshot(content_key(reg.catalog)) == reg.catalog.read_versions()
+    st = reg.snapshot.stat()
+    for cmd in (argv, ["ls", "-r", str(reg_root)], ["show", "sim_gaussian@v2", "-r", str(reg_root)],
+                ["report", "-r", str(reg_root), "-o", str(reg_root.parent / "r.md")]):
+        clear_caches()
+        assert main(cmd) == 0
+        after = reg.snapshot.stat()
+        assert (after.st_ino, after.st_mtime_ns) == (st.st_ino, st.st_mtime_ns), cmd
+    # outside a command (the Python API) a read fills it at once, as before
+    reg.snapshot.unlink()
+    clear_caches()
+    api.query(Q, reg_root, bootstrap=0)
+    assert reg.snapshot.exists()

@@ -335,3 +335,17 @@ def test_the_example_photo_set_is_an_ilias_tree_with_distractors(tmp_path):
     # no distractor is cut from a photo that gives an instance
     assert not {d.split("-")[0] for d, *_ in distractors} & set(module.INSTANCE_PHOTOS)
     assert max(max(Image.open(p).size) for _, p, _ in distractors[:20]) <= module.MAX_SIDE
+
+
+def test_an_entrys_sets_name_its_benchmark_after_the_images_root(tmp_path):
+    # registered as benchmark 'unknown' before: the sets recorded no benchmark for scoring to carry
+    from rscale.api.real_backbones import extract_real_backbone
+    from rscale.store.descriptor_set import DescriptorSet
+
+    tiny_vit(tmp_path / "ckpt")
+    images(tmp_path / "data", instances=3, positives=1, distractors=4)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"real_backbones": {"tiny": entry("data", "ckpt")}}))
+    extract_real_backbone(tmp_path / "params.yaml", "tiny", part="gallery", out=tmp_path / "g", progress=False)
+    extract_real_backbone(tmp_path / "params.yaml", "tiny", part="queries", out=tmp_path / "q", progress=False)
+    assert DescriptorSet.open(tmp_path / "q").manifest["benchmark"] == "ilias"
+    assert DescriptorSet.open(tmp_path / "g" / "positives").manifest["benchmark"] == "ilias"

@@ -1,6 +1,9 @@
-"""O2I benchmark assets, TinyRenderer renders, the render cache and the pure image derivations.
+"""O2I benchmark assets, TinyRenderer and pyrender renders, the render cache and the pure image
+derivations.
 
-Renders are tiny (48-96 px, a few objects) except the one slow test of the default protocol."""
+Renders are tiny (48-96 px, a few objects) except the one slow test of the default protocol. The
+pyrender tests need the o2i-pbr extra and libEGL (skipped, saying why, where either is missing);
+the refusal when one is missing is tested by hiding them in a subprocess."""
 
 import hashlib
 import subprocess
@@ -408,6 +411,8 @@ BAD = [
      lambda t: o2i.fixed_pixel_canvases(np.zeros((8, 8, 3), np.uint8), square_mask(8, 8, (1, 1, 3, 3)),
                                         sizes=(8, 8)), InvalidArgumentError, "duplicate"),
     ("no assets", lambda t: o2i.render_set([], cache_dir=t, progress=False), InvalidArgumentError, "no objects"),
+    ("unknown renderer", lambda t: o2i.render_set(real("mug"), cache_dir=t, renderer="blender", progress=False),
+     InvalidArgumentError, "renderer must be one of tinyrenderer, pyrender, got 'blender'"),
 ]
 
 
@@ -485,3 +490,132 @@ def test_a_textured_glb_keeps_its_texture(tmp_path):
     rec = rs.record("red", 0)
     px = rec.image()[rec.mask()].astype(int)
     assert (px[:, 0] > 100).all() and (px[:, 1:] == 0).all()       # red texture, lit: only the red channel
+
+
+# ---------------------------------------------------------------- pyrender (the o2i-pbr extra, EGL)
+
+def pyrender_or_skip():
+    from rscale.errors import MissingExtraError, MissingSystemLibraryError
+    from rscale.producers.o2i import pbr
+    try:
+        pbr.pbr_renderer_version()
+    except (MissingExtraError, MissingSystemLibraryError) as exc:
+        pytest.skip(f"the pyrender renderer cannot run here: {exc}")
+    return pbr
+
+
+def test_pyrender_and_tinyrenderer_agree_on_masks_and_o2i():
+    pbr = pyrender_or_skip()
+    p = RenderProtocol(distances=(3.5, 5.0, 7.0), resolution=96)
+    with TinyRenderer() as tiny, pbr.PyrenderRenderer() as pr:
+        for a in real("soccerball", "duck", "mug", "bunny", "lego"):
+            ft, fp = tiny.render_distances(a, p), pr.render_distances(a, p)
+            o2i_p = [o2i.object_o2i(f.mask) for f in fp]
+            assert np.all(np.diff(o2i_p) < 0), (a.id, o2i_p)          # O2I shrinks with distance
+            for d, x, y in zip(p.distances, ft, fp):
+                assert o2i.object_o2i(y.mask) == pytest.approx(o2i.object_o2i(x.mask), rel=0.05), (a.id, d)
+                assert (x.mask & y.mask).sum() / (x.mask | y.mask).sum() > 0.9, (a.id, d)      # the same pixels
+                assert np.abs(np.argwhere(x.mask).mean(0) - np.argwhere(y.mask).mean(0)).max() < 1.0
+                assert (y.rgb[~y.mask] == p.background).all()
+                assert not (y.rgb[y.mask] == p.background).all(axis=1).all()
+        assert pr.frames_rendered == 15
+        # independent truth: a sphere on the optical axis projects to a disk of radius tan(asin(1/d)) / tan(fov/2)
+        (sphere,) = real("soccerball")
+        for d, f in zip(p.distances, pr.render_distances(sphere, p)):
+            rho = np.tan(np.arcsin(1 / d)) / np.tan(np.radians(p.fov) / 2)
+            assert o2i.object_o2i(f.mask) == pytest.approx(np.pi * rho ** 2 / 4, rel=0.04)
+
+
+def test_pyrender_keeps_the_tinyrenderers_colours():
+    pbr = pyrender_or_skip()
+    p = RenderProtocol(distances=(3.5, 5.0), resolution=64)
+    with TinyRenderer() as tiny, pbr.PyrenderRenderer() as pr:
+        for a in real("duck", "mug", "torus"):          # URDF colour x texture, MTL colour, texture outside its folder
+            x, y = tiny.render_distances(a, p, [3.5])[0], pr.render_distances(a, p, [3.5])[0]
+            mx, my = x.rgb[x.mask].mean(0), y.rgb[y.mask].mean(0)
+            assert np.argsort(mx)[-1] == np.argsort(my)[-1] and np.abs(mx - my).max() < 40, (a.id, mx, my)
+
+
+def test_the_render_cache_is_keyed_by_renderer(tmp_path):
+    pbr = pyrender_or_skip()
+    objs = real("duck", "torus")
+    p = RenderProtocol(**TINY)
+    tiny = o2i.render_set(objs, p, cache_dir=tmp_path, progress=False)
+    with pbr.PyrenderRenderer() as r:
+        pyr = o2i.render_set(objs, p, cache_dir=tmp_path, renderer=r, progress=False)
+        assert pyr.rendered == 6 and r.frames_rendered == 6                 # nothing taken from the tiny renders
+        again = o2i.render_set(objs, p, cache_dir=tmp_path, renderer=r, progress=False)
+        assert again.rendered == 0 and r.frames_rendered == 6 and again.records == pyr.records
+    assert not {x.render_key for x in tiny.records} & {x.render_key for x in pyr.records}
+    assert pyr.manifest != tiny.manifest and pyr.renderer == pbr.pbr_renderer_version()
+    assert pyr.renderer.startswith("pyrender-0.1.45/pyopengl-") and tiny.renderer.startswith("pybullet-")
+    assert o2i.render_key(objs[0], 3.5, p, "pyrender") != o2i.render_key(objs[0], 3.5, p)
+    read = o2i.read_render_set(pyr.manifest)
+    assert read.renderer == pyr.renderer and read.records == pyr.records
+    assert pyr.verify() == {"checked": 6, "missing": [], "corrupt": []}
+    np.testing.assert_allclose(pyr.o2i_matrix(), tiny.o2i_matrix(), rtol=0.06)
+    by_name = o2i.render_set(objs, p, cache_dir=tmp_path, renderer="pyrender", progress=False)
+    assert by_name.rendered == 0 and by_name.records == pyr.records
+
+
+def test_pyrender_draws_a_glb_with_its_own_pbr_material(tmp_path):
+    pbr = pyrender_or_skip()
+    import dataclasses
+    m = trimesh.creation.capsule(height=1.0, radius=0.4)
+    m.visual = trimesh.visual.TextureVisuals(material=trimesh.visual.material.PBRMaterial(
+        baseColorFactor=[20, 40, 230, 255], metallicFactor=0.0, roughnessFactor=0.5))
+    m.export(tmp_path / "blue.glb")
+    (a,) = o2i.user_assets([tmp_path / "blue.glb"], tmp_path / "c")
+    assert a.original == str((tmp_path / "blue.glb").resolve()) and a.original_digest.startswith("sha256:")
+    p = RenderProtocol(**TINY)
+    with pbr.PyrenderRenderer() as r:
+        frames = r.render_distances(a, p)
+    for f in frames:
+        px = f.rgb[f.mask].astype(int)
+        assert (px[:, 2] > px[:, 0] + 40).mean() > 0.95                 # the GLB's blue, not the default tan
+    assert np.all(np.diff([o2i.object_o2i(f.mask) for f in frames]) < 0)
+    other = dataclasses.replace(a, original_digest="sha256:" + "0" * 64)
+    assert o2i.render_key(other, 3.5, p, "pyrender") != o2i.render_key(a, 3.5, p, "pyrender")
+    assert o2i.render_key(other, 3.5, p) == o2i.render_key(a, 3.5, p)      # the TinyRenderer reads the OBJ only
+
+
+HIDE_PYRENDER = "import sys; sys.modules['pyrender'] = None\n"
+HIDE_EGL = """import ctypes, ctypes.util
+find, init = ctypes.util.find_library, ctypes.CDLL.__init__
+ctypes.util.find_library = lambda n: None if 'EGL' in n else find(n)
+def no_egl(self, name, *a, **k):
+    if name and 'EGL' in str(name):
+        raise OSError(f'{name}: cannot open shared object file: No such file or directory')
+    init(self, name, *a, **k)
+ctypes.CDLL.__init__ = no_egl
+"""
+
+
+@pytest.mark.parametrize("hide,text", [(HIDE_PYRENDER, "pip install 'rscale[o2i-pbr]'"),
+                                       (HIDE_EGL, "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri")],
+                         ids=["no extra", "no EGL"])
+def test_pyrender_without_its_extra_or_egl_is_one_line_exit_2_nothing_written(tmp_path, hide, text):
+    import os
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text(f"o2i:\n  objects: 2\n  cache: {tmp_path / 'cache'}\n  renderer: pyrender\n"
+                   "  render: {distances: [3.5, 5.0], resolution: 48}\n")
+    code = hide + ("from rscale.cli import main\n"
+                   f"sys.exit(main(['o2i', 'run', '--config', {str(cfg)!r}, '-o', {str(tmp_path / 'out')!r}, "
+                   "'--no-progress']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}
+    out = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert "renderer: tinyrenderer" in lines[0] or "o2i-pbr" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]      # no output folder, no cache
+
+
+def test_opening_the_renderer_prints_nothing():
+    """pybullet's C banner ("pybullet build time: ...") went to stderr on import, so a CLI run's
+    one-line refusal after rendering started (a clipped object) was two lines (regression)."""
+    code = ("from rscale.producers.o2i.render import TinyRenderer\n"
+            "with TinyRenderer() as r:\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr == "" and done.stdout == ""

@@ -62,3 +62,8 @@ class MissingExtraError(RscaleError, ImportError):
     def __init__(self, module: str, extra: str):
         super().__init__(f"this needs '{module}', which is not installed. "
                          f"Install it with: pip install 'rscale[{extra}]'")
+
+
+class MissingSystemLibraryError(RscaleError, OSError):
+    """A system library an optional path loads is missing or unusable (libEGL for the pyrender
+    renderer); the message names the library, the package that provides it and the alternative."""

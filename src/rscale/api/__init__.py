@@ -40,7 +40,7 @@ _HOME = {
     "querying": ("curve", "plot_curve", "query"),
     "real_backbones": ("extract_real_backbone", "load_real_backbone", "rerank_real_backbone"),
     "rerank": ("predict_reranked", "rerank", "rerank_sample", "rerank_settings", "reranked_hardness"),
-    "registry": ("diff", "export", "gc", "import_", "lineage", "list_versions", "register",
+    "registry": ("diff", "export", "gc", "import_", "lineage", "list_registered", "list_versions", "register",
                  "registration_summary", "report", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
 }

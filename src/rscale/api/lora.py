@@ -8,8 +8,11 @@ train on and where to write; every other key is a trainer parameter
     lora:
       base: out/o2i-cache/backbones/mobilenet_v2_imagenet   # a local checkpoint folder (a missing folder
                                     # named mobilenet_v2_imagenet is converted there from the builtin weights)
-      data: out/o2i                 # an image folder or list file, or the O2I benchmark's renders:
+      data: out/o2i                 # an image folder or list file, an ILIAS-layout folder (its gallery
+                                    # side: every instance's pos/ images), or the O2I benchmark's renders:
                                     # an O2I output folder or render manifest (split by object)
+      queries: null                 # evaluation queries kept out of training: an ILIAS-layout folder (its
+                                    # query/ images) or an image folder / list file; refused by path and content
       evaluation: 40                # renders: objects held out of training (a count, or a share in (0, 1))
       split_seed: 0
       out: out/lora
@@ -31,8 +34,8 @@ from pathlib import Path
 
 from rscale.errors import FormatError, InvalidArgumentError
 
-DATA_KEYS = ("base", "data", "evaluation", "split_seed", "out")
-DATA_DEFAULTS = {"base": None, "data": None, "evaluation": 40, "split_seed": 0, "out": "out/lora"}
+DATA_KEYS = ("base", "data", "queries", "evaluation", "split_seed", "out")
+DATA_DEFAULTS = {"base": None, "data": None, "queries": None, "evaluation": 40, "split_seed": 0, "out": "out/lora"}
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,12 @@ class TrainLoraConfig:
     trainer parameters (a LoraParams)."""
 
     base: str
-    data: str                 # an image folder / list file, or an O2I output folder / render manifest
+    data: str                 # an image folder / list file, an ILIAS-layout folder, or an O2I output folder / render manifest
     evaluation: float
     split_seed: int
     out: Path
     params: object            # rscale.producers.lora.LoraParams
+    queries: str | None = None   # evaluation queries never trained on (an ILIAS-layout folder, image folder or list)
 
 
 def _value(text: str):
@@ -82,7 +86,7 @@ def load_lora_config(path=None, *, overrides: dict | None = None, sets=()) -> Tr
                                    "transformers checkpoint folder)")
     if not data_part["data"]:
         raise InvalidArgumentError("no training data: set lora.data in params.yaml or pass --data (an image folder "
-                                   "or list file, or an O2I output folder or render manifest)")
+                                   "or list file, an ILIAS-layout folder, or an O2I output folder or render manifest)")
     evaluation = data_part["evaluation"]
     if isinstance(evaluation, bool) or not isinstance(evaluation, (int, float)) or evaluation <= 0:
         raise InvalidArgumentError(f"lora.evaluation must be a count >= 1 or a share in (0, 1) of the objects held "
@@ -90,8 +94,9 @@ def load_lora_config(path=None, *, overrides: dict | None = None, sets=()) -> Tr
     seed = data_part["split_seed"]
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidArgumentError(f"lora.split_seed must be a whole number, got {seed!r}")
+    queries = data_part["queries"]
     return TrainLoraConfig(str(data_part["base"]), str(data_part["data"]), evaluation, seed,
-                           Path(str(data_part["out"])), params)
+                           Path(str(data_part["out"])), params, None if queries in (None, "") else str(queries))
 
 
 def resolve_base(base) -> Path:
@@ -122,14 +127,18 @@ def render_manifest(data) -> Path | None:
     return path if path.suffix == ".parquet" else None
 
 
-def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage: bool = True) -> dict:
+def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage: bool = True, device: str = "cpu",
+               precision: str = "float32") -> dict:
     """Train and merge per ``config`` (see :func:`load_lora_config`); a summary of what was written.
+    ``device`` / ``precision``: :func:`rscale.producers.lora.train_lora`'s (bfloat16 on a GPU).
 
     Every input is checked before anything is written: the base folder, the training images (all
-    opened), the targets and rank against the model, and a resumed checkpoint's base weights."""
+    opened, none an evaluation query: :func:`rscale.producers.lora_data.training_source`), the
+    targets and rank against the model, and a resumed checkpoint's base weights."""
     from rscale.producers import lora, lora_data
 
     out = config.out
+    lora.check_device(device, precision)
     if out.exists() and not out.is_dir():
         raise InvalidArgumentError(f"--out {out} is a file; name a folder to write the model and adapter into")
     split, rs, images = None, None, config.data
@@ -142,18 +151,22 @@ def train_lora(config: TrainLoraConfig, *, resume=None, progress=False, lineage:
     if not Path(config.base).exists():
         # the builtin base is converted into place below: check the training images first, so a
         # refused run writes nothing (the trainer checks everything else before its first write)
-        lora_data.training_images(lora_data.render_set_paths(rs, split) if rs is not None
-                                  else lora_data.image_paths(images))
+        source = (lora_data.render_source(rs, split, config.queries) if rs is not None
+                  else lora_data.training_source(images, config.queries))
+        lora_data.training_images(source.paths)
     base = resolve_base(config.base)
-    res = lora.train_lora(base, images, out, config.params, render_set=rs, split=split, resume_from=resume,
-                          lineage=lineage, progress=progress)
+    res = lora.train_lora(base, images, out, config.params, render_set=rs, split=split, queries=config.queries,
+                          resume_from=resume,
+                          lineage=lineage, progress=progress, device=device, precision=precision)
     man = res.manifest
     summary = {"out": str(out), "model": str(res.model_dir), "adapter": str(res.adapter_dir),
                "base": str(base), "steps": man["steps"], "resumed_from": res.resumed_from,
                "loss_first": man["loss"]["first"], "loss_last": man["loss"]["last"],
                "merged_weights": man["merged_weights"], "adapter_sha256": man["adapter"],
                "base_weights": man["base"]["weights_sha256"], "training_list_sha256": man["training_list_sha256"],
-               "images": man["params"]["images"], "targets": man["params"]["targets"], "mlflow_run_id": res.run_id}
+               "images": man["params"]["images"], "source": man["training_source"],
+               "targets": man["params"]["targets"], "mlflow_run_id": res.run_id,
+               "device": device, "precision": precision}
     if split is not None:
         summary["split"] = {"train": len(split.train), "evaluation": len(split.evaluation), "seed": split.seed}
     return summary
@@ -233,6 +246,10 @@ def _walk_model(digest: str, folder: Path | None, embedded: dict | None, roots=(
         return digest_lines(f"{r[0]}\t{r[1]}" for r in rows if len(r) >= 2)
     listing = train_dir / TRAINING_LIST if train_dir is not None else None
     result["training_list"] = _check({"sha256": made["training_list_sha256"]}, listing, list_digest)
+    source = (man or {}).get("training_source") or ({"kind": made["training_source"]}
+                                                    if made.get("training_source") else None)
+    if source:
+        result["training_list"]["source"] = source
     if result["training_list"]["path"]:
         rows = [ln.split("\t") for ln in listing.read_text().splitlines()[1:] if ln]
         result["training_list"]["images"] = len(rows)

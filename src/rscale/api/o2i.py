@@ -4,7 +4,8 @@
 written; :func:`run_o2i` runs it:
 
 1. render: the objects (the 16 real pybullet objects, then procedural meshes drawn by ``seed``)
-   under the :class:`~rscale.producers.o2i.RenderProtocol` of ``o2i.render`` (cached, content-addressed);
+   under the :class:`~rscale.producers.o2i.RenderProtocol` of ``o2i.render`` with ``o2i.renderer``
+   (tinyrenderer, the default, or pyrender; cached, content-addressed);
 2. extract, per backbone: the renders, the O2I-matched crops (decomposition), the fixed-pixel
    canvases, the object-box crops and the gray-padded (GP) queries; MSA for ViT-family backbones
    with a CLS token. Every image is resized whole to the network's input size (no centre crop:
@@ -16,7 +17,7 @@ written; :func:`run_o2i` runs it:
    asymmetry with its paired t-test, interventions against the baseline (McNemar / paired t, Holm);
 4. write, into the output folder (built next to it and renamed into place, so a failed run leaves
    the previous one): ``tables/<name>-<sha256 prefix>.parquet``, PNG plots, ``report.md``,
-   ``manifest.json`` (every input and output digest) and ``timings.json``; the run is logged with
+   ``manifest.json`` (every input and output digest, the code version) and ``timings.json``; the run is logged with
    :func:`rscale.producers.lineage.producer_run` (stage ``o2i``).
 """
 
@@ -43,7 +44,8 @@ SCHEMA_VERSION = 1
 CONDITIONS = ("baseline", "gp", "box_crop", "alpha_qe", "msa")
 PREPROCESSING = "full-frame resize to {r}x{r} (bicubic), checkpoint mean/std; no centre crop"
 
-_KEYS = ("objects", "seed", "cache", "render", "backbones", "canvas", "interventions", "batch_size", "workers")
+_KEYS = ("objects", "seed", "cache", "renderer", "render", "backbones", "canvas", "interventions", "batch_size",
+         "workers")
 _BACKBONE_KEYS = ("name", "model", "pooling")
 _CANVAS_KEYS = ("distance_index", "sizes", "object_size")
 _INTERVENTION_KEYS = ("gp", "alpha_qe", "msa")
@@ -75,9 +77,11 @@ class O2IConfig:
     msa: dict = field(default_factory=lambda: {"scales": [1.0, 0.5, 0.25]})
     batch_size: int = 8        # CPU: small batches stay in cache (docs/benchmarks.md, O2I default run)
     workers: int = 1
+    renderer: str = "tinyrenderer"         # rscale.producers.o2i.render.RENDERERS
 
     def to_dict(self) -> dict:
-        return {"objects": self.objects, "seed": self.seed, "render": self.protocol.to_dict(),
+        return {"objects": self.objects, "seed": self.seed, "renderer": self.renderer,
+                "render": self.protocol.to_dict(),
                 "backbones": [{"name": b.name, "model": b.model, "pooling": b.pooling} for b in self.backbones],
                 "canvas": {"distance_index": self.canvas_distance, "sizes": list(self.canvas_sizes),
                            "object_size": self.canvas_object_size},
@@ -139,6 +143,7 @@ def load_o2i_config(path=None, *, section: dict | None = None, objects: int | No
     ``objects`` overrides ``o2i.objects`` (``--objects``)."""
     from rscale.producers.o2i import RenderProtocol
     from rscale.producers.o2i.assets import N_RANDOM, REAL_OBJECTS, BROKEN_RANDOM
+    from rscale.producers.o2i.render import DEFAULT_RENDERER, RENDERERS
 
     if section is None:
         from rscale.api.config import load_config
@@ -150,6 +155,9 @@ def load_o2i_config(path=None, *, section: dict | None = None, objects: int | No
     n = _int("--objects / o2i.objects", cfg.get("objects", 200) if objects is None else objects, 2, n_max)
     seed = _int("o2i.seed", cfg.get("seed", 0), 0)
     protocol = RenderProtocol.from_dict(cfg.get("render"))
+    renderer = cfg.get("renderer", DEFAULT_RENDERER)
+    if renderer not in RENDERERS:
+        raise InvalidArgumentError(f"o2i.renderer must be one of {', '.join(RENDERERS)}, got {renderer!r}")
     entries = cfg.get("backbones", [DEFAULT_BACKBONE])
     if not isinstance(entries, list) or not entries:
         raise InvalidArgumentError("o2i.backbones must list at least one backbone, e.g. [mobilenet_v2_imagenet]")
@@ -182,7 +190,8 @@ def load_o2i_config(path=None, *, section: dict | None = None, objects: int | No
     if not cache.is_absolute() and path is not None:
         cache = where / cache
     return O2IConfig(n, seed, cache, protocol, backbones, k, sizes, obj_size, gp, qe, msa,
-                     _int("o2i.batch_size", cfg.get("batch_size", 8), 1), _int("o2i.workers", cfg.get("workers", 1), 1))
+                     _int("o2i.batch_size", cfg.get("batch_size", 8), 1), _int("o2i.workers", cfg.get("workers", 1), 1),
+                     renderer)
 
 
 def select_assets(n: int, seed: int) -> list:
@@ -320,14 +329,15 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
     from rscale.core import o2i as core
     from rscale.producers import o2i
     from rscale.producers.interventions import GrayPad, MaskedScales
-    from rscale.producers.lineage import digest_file, producer_run
+    from rscale.producers.lineage import code_version, digest_file, producer_run
     from rscale.store.run_sidecar import write_run_sidecar
 
     out_dir = Path(out_dir)
     counters = Counters()
     assets = select_assets(cfg.objects, cfg.seed)
     t0 = time.perf_counter()
-    rs = o2i.render_set(assets, cfg.protocol, cache_dir=cfg.cache, progress=progress, workers=cfg.workers)
+    rs = o2i.render_set(assets, cfg.protocol, cache_dir=cfg.cache, renderer=cfg.renderer, progress=progress,
+                        workers=cfg.workers)
     counters.rendered = rs.rendered
     counters.seconds["render"] = time.perf_counter() - t0
     objects = rs.object_ids
@@ -417,7 +427,8 @@ def run_o2i(cfg: O2IConfig, out_dir, *, progress: bool = True, lineage: bool = T
         outputs = {f"tables/{v['file']}": v["sha256"] for v in written.values()}
         outputs.update({p: digest_file(tmp / p) for p in plots})
         outputs["report.md"] = digest_file(tmp / "report.md")
-        manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "params": cfg.to_dict(),
+        manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "code_version": code_version(),
+                    "params": cfg.to_dict(),
                     "renders": {"manifest": str(rs.manifest), "digest": lin["renders"], "renderer": lin["renderer"],
                                 "protocol": lin["protocol"], "count": len(rs.records)},
                     "assets": lin["assets"], "backbones": models, "descriptor_sets": descriptor_sets,

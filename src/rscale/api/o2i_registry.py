@@ -8,12 +8,15 @@ and writes nothing when any check fails. It then stores, per backbone, one *arti
 ``o2i`` (store/artifacts.py) in the series (backbone, benchmark; default ``o2i``): the backbone's
 canonical slice of each table (store/o2i_results.py) as content-addressed blobs, with
 
-- ``inputs`` (its lineage record, digested into ``lineage``): the run manifest's digest and its
-  table digests, the renderer, renders digest, render protocol and count, every asset's digest
-  and licence, the model's weights digest, type, pooling, input size and preprocessing;
+- ``inputs`` (its lineage record, digested into ``lineage``): the run's code version, the run
+  manifest's digest and its table digests, the renderer, renders digest, render protocol and
+  count, every asset's digest and licence, the model's weights digest, type, pooling, input size
+  and preprocessing;
 - ``params``: the run's ``o2i`` parameters with this backbone's entry;
 - ``mlflow_run_id``: the run's (its ``manifest.json.run.json`` sidecar), ``code_version``: the
-  registering rscale's (the run's own is in its MLflow run);
+  run's (its manifest's ``code_version``; the registering rscale's for a folder written before
+  manifests recorded it), shown by ``rscale show`` / ``lineage`` and in bundles as a hardness
+  version's is;
 - ``summary``: counts and headline numbers recomputed from the slices (bundles recompute it).
 
 A backbone whose results did not change is a no-op (same content), so adding a backbone to a run
@@ -95,12 +98,21 @@ def check_o2i_folder(out_dir) -> dict:
             "mlflow_run_id": read_run_id(mpath)}
 
 
+def run_code_version(checked: dict) -> str:
+    """The code version of the rscale that made the run (its manifest's); a folder written before
+    manifests recorded it: the registering rscale's."""
+    from rscale.producers.lineage import code_version
+
+    recorded = checked["manifest"].get("code_version")
+    return recorded if isinstance(recorded, str) and recorded else code_version()
+
+
 def lineage_inputs(checked: dict, backbone: str) -> dict:
     """What made one backbone's results: the run, the renders and assets, the model."""
     man = checked["manifest"]
     model = man["backbones"][backbone]
     renders = man.get("renders", {})
-    return {"kind": KIND,
+    return {"kind": KIND, "code_version": run_code_version(checked),
             "run": {"manifest": checked["manifest_digest"],
                     "tables": {n: t["sha256"] for n, t in sorted(man["tables"].items())}},
             "renderer": renders.get("renderer"), "renders": renders.get("digest"),
@@ -174,7 +186,6 @@ def register_o2i(out_dir, *, registry=None, benchmark: str = DEFAULT_BENCHMARK, 
     Returns {"registry", "results": [{"ref", "created", "content", "series", "lineage"}]}. Nothing is
     written unless the whole folder checks out; re-registering the same results is a no-op."""
     from rscale.api.registry import check_name
-    from rscale.producers.lineage import code_version
     from rscale.store.o2i_results import TABLES, backbone_slice, write_slice
     from rscale.store.registry import Registry
 
@@ -182,7 +193,7 @@ def register_o2i(out_dir, *, registry=None, benchmark: str = DEFAULT_BENCHMARK, 
     checked = check_o2i_folder(out_dir)
     reg = Registry.locate(registry)
     run_id = mlflow_run_id or checked["mlflow_run_id"]
-    code = code_version()
+    code = run_code_version(checked)
     results = []
     staging = Path(tempfile.mkdtemp(prefix="rscale-o2i-register-"))
     try:

@@ -227,7 +227,9 @@ def extract_real_backbone(config, name: str, *, part: str, out, progress: bool =
     preprocessing = entry.preprocessing
     if preprocessing == "auto" and entry.intervention == "msa":
         preprocessing = "resize"          # MSA's patch mask needs the whole image (as `rscale extract`)
-    meta = {"backbone": entry.name, "source": str(entry.distractors)}
+    from rscale.api.registry import nameable_form
+    benchmark = nameable_form("benchmark", entry.root.resolve().name)   # the images' root names the benchmark
+    meta = {"backbone": entry.name, "source": str(entry.distractors), **({"benchmark": benchmark} if benchmark else {})}
     kw = dict(pooling=entry.pooling, resolution=entry.resolution, batch_size=entry.batch_size, progress=progress,
               preprocessing=preprocessing, meta=meta)
     queries, positives, qrels = _sides(entry)

@@ -59,33 +59,44 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     match other names), so one rule holds for all; a benchmark must also come back from
     ``... on NAME``, a tag from ``... for x@NAME``.
     """
-    from rscale.errors import InvalidArgumentError, QuerySyntaxError
-    from rscale.query.grammar import KEYWORDS, MODES, BackboneRef, parse
+    from rscale.errors import InvalidArgumentError
+    from rscale.query.grammar import KEYWORDS, MODES
 
-    def nameable(text: str) -> bool:
-        if not text or text != text.strip() or any(c in text for c in GLOB_CHARS):
-            return False
-        try:
-            # one rule for every name: what the grammar reads as a plain backbone name
-            if parse(f"R@1 for {text}").backbones != (BackboneRef(text),):
-                return False
-            if kind == "backbone":
-                return True
-            if kind == "benchmark":
-                return parse(f"R@1 on {text}").benchmark == text
-            return parse(f"R@1 for x@{text}").backbones == (BackboneRef("x", text),)
-        except QuerySyntaxError:
-            return False
-
-    if nameable(name):
+    if _nameable(kind, name):
         return name
-    import re
-    fix = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))).strip("_")
-    hint = f" (e.g. {fix!r}{' with ' + flag if flag else ''})" if fix and nameable(fix) else ""
+    fix = nameable_form(kind, name)
+    hint = f" (e.g. {fix!r}{' with ' + flag if flag else ''})" if fix else ""
     raise InvalidArgumentError(
         f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
         f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
         f"({', '.join(KEYWORDS + MODES)})")
+
+
+def _nameable(kind: str, text: str) -> bool:
+    from rscale.errors import QuerySyntaxError
+    from rscale.query.grammar import BackboneRef, parse
+
+    if not text or text != text.strip() or any(c in text for c in GLOB_CHARS):
+        return False
+    try:
+        # one rule for every name: what the grammar reads as a plain backbone name
+        if parse(f"R@1 for {text}").backbones != (BackboneRef(text),):
+            return False
+        if kind == "backbone":
+            return True
+        if kind == "benchmark":
+            return parse(f"R@1 on {text}").benchmark == text
+        return parse(f"R@1 for x@{text}").backbones == (BackboneRef("x", text),)
+    except QuerySyntaxError:
+        return False
+
+
+def nameable_form(kind: str, text: str) -> str | None:
+    """``text`` with every character a name may not hold turned into ``_`` (``ilias v2`` ->
+    ``ilias_v2``), when that is a name a query can use (:func:`check_name`); None otherwise."""
+    import re
+    fix = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_.\-]", "_", str(text))).strip("_")
+    return fix if fix and _nameable(kind, fix) else None
 
 
 def register(hardness, sample_stats=None, *, registry=None, backbone=None, benchmark=None, source=None,
@@ -125,8 +136,22 @@ def register(hardness, sample_stats=None, *, registry=None, backbone=None, bench
 
 
 def list_versions(registry=None) -> list:
+    """Every hardness version (rscale.store.catalog.Version), with its tags."""
     from rscale.store.registry import Registry
     return Registry.locate(registry).versions()
+
+
+def list_registered(registry=None) -> list[dict]:
+    """What ``rscale ls`` lists: every hardness version, then every artifact version (``o2i:NAME@vN``),
+    each as its fields plus ``kind`` (``hardness``, or the artifact's kind) and ``ref``."""
+    from dataclasses import asdict
+
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    versions = reg.versions()                        # refuses a missing registry
+    return [{"kind": "hardness", "ref": v.ref, **asdict(v)} for v in versions] + \
+        [{"ref": a.ref, **asdict(a)} for a in reg.artifacts()]
 
 
 def show(name: str, registry=None, *, benchmark=None, estimator=None):
@@ -140,9 +165,17 @@ def show(name: str, registry=None, *, benchmark=None, estimator=None):
 
 
 def tag(name: str, tag_name: str, *, registry=None, benchmark=None, estimator=None):
+    """Point ``tag_name`` at a hardness version (NAME@VERSION) or a registered O2I result
+    (o2i:NAME@VERSION); returns the tagged version as it now reads."""
+    from rscale.store.artifacts import parse_ref
     from rscale.store.registry import Registry
     check_name("tag", tag_name)
     reg = Registry.locate(registry)
+    if parse_ref(name) is not None:                   # o2i:NAME[@vN]: the same tags, keyed by its series
+        kind, base, ver = parse_ref(name)
+        a = reg.artifact(kind, base, ver, benchmark)
+        reg.tag(a, tag_name)
+        return reg.artifact(kind, base, f"v{a.version}", a.benchmark)
     base, _, ver = name.partition("@")
     v = reg.get(base, ver or None, benchmark=benchmark, estimator=estimator)
     reg.tag(v, tag_name)

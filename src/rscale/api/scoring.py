@@ -118,7 +118,10 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
               "qrels": digest_file(qrels)}
     params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk,
               **({"candidates": candidates} if candidates else {})}
-    meta = {**(meta or {}), "backbone": scored_backbone(qs.manifest, ds.manifest),
+    # the benchmark is what the queries (and their positives) were drawn from: their sets record it
+    benchmark = qs.manifest.get("benchmark") or ps.manifest.get("benchmark")
+    meta = {**({"benchmark": str(benchmark)} if benchmark else {}), **(meta or {}),
+            "backbone": scored_backbone(qs.manifest, ds.manifest),
             "distractor_source": ds.manifest.get("source", str(distractors_dir)),
             "sampler": f"hash(seed={seed}) < {fraction:g}", "seed": str(seed),
             **{f"input_{name}": d for name, d in inputs.items()},
@@ -185,6 +188,9 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
             "drifting": None if report is None else report.drifting}
 
 
+SIM_DESCRIPTORS_BENCHMARK = "sim-descriptors"      # the benchmark of make-descriptors' simulated sets
+
+
 def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors=200_000, hard_share=0.01,
                          seed=0, backbone="sim_desc", shard_size=65_536, noise=(0.6, 0.6)) -> str:
     """Write simulated query/positive/distractor descriptor sets and their qrels under ``out``."""
@@ -218,8 +224,11 @@ def make_descriptor_sets(out, instances=200, *, dim=64, positives=4, distractors
     recipe = {**meta, "generator": "rscale.sim.descriptors", "instances": instances, "dim": dim,
               "positives": positives, "distractors": distractors, "hard_share": hard_share, "seed": seed,
               "noise": list(noise)}
-    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=meta, recipe=recipe)
-    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=meta,
+    # the benchmark the queries belong to names the registered series (not part of the recipe:
+    # it does not change a vector)
+    named = {**meta, "benchmark": SIM_DESCRIPTORS_BENCHMARK}
+    write_descriptor_set(out / "queries", [(ds.query_ids, ds.queries)], role="queries", meta=named, recipe=recipe)
+    write_descriptor_set(out / "positives", [(ds.positive_ids, ds.positives)], role="positives", meta=named,
                          recipe=recipe)
     blocks = ((np.arange(a, min(a + shard_size, distractors)), ds.distractors[a:a + shard_size])
               for a in range(0, distractors, shard_size))
@@ -265,6 +274,10 @@ def extract(images, model_dir, *, out, role="distractors", layout="folder", crop
         preprocessing = "resize"
     kw = dict(pooling=pooling, resolution=resolution, batch_size=batch_size, shard_size=shard_size,
               progress=progress, preprocessing=preprocessing)
+    if layout == "ilias":          # the tree is the benchmark: its queries and positives carry its folder's name
+        from rscale.api.registry import nameable_form
+        benchmark = nameable_form("benchmark", Path(images).resolve().name)
+        kw["meta"] = {"benchmark": benchmark} if benchmark else None
     if layout != "ilias":
         items = ex.image_items(images)
         if make and role != "queries":

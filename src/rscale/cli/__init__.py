@@ -22,6 +22,17 @@ from rscale.errors import RscaleError
 
 
 def main(argv=None) -> int:
+    from rscale.store.catalog_cache import deferred_snapshot_fills
+
+    # a read fills the catalog snapshot only when its command succeeds: a refused command writes nothing
+    with deferred_snapshot_fills() as fills:
+        rc = _run(argv)
+        if rc == 0:
+            fills.write()
+    return rc
+
+
+def _run(argv) -> int:
     try:
         rc = app(args=argv, prog_name="rscale", standalone_mode=False)
         if isinstance(rc, int):  # typer.Exit(code) is returned, not raised, in this mode

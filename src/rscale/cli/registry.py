@@ -41,20 +41,26 @@ def register(
 
 def ls(registry: Optional[Path] = registry_option(),
        fmt: str = output.format_option(output.TABLE, output.JSON)):
-    """List every version in the registry."""
+    """List every version in the registry: hardness versions and registered O2I results (kind column)."""
     from rscale import api
 
-    versions = api.list_versions(registry)
+    entries = api.list_registered(registry)
     if fmt == output.JSON:
-        output.print_json(versions)
+        output.print_json(entries)
         return
     from rich.table import Table
     table = Table()
-    for c in ("backbone", "version", "tags", "benchmark", "source", "estimator", "queries", "S", "created"):
+    for c in ("kind", "backbone", "version", "tags", "benchmark", "source", "estimator", "size", "S", "created"):
         table.add_column(c)
-    for v in versions:
-        table.add_row(v.backbone, f"v{v.version}", ",".join(v.tags), v.benchmark, v.source, v.estimator,
-                      str(v.summary.get("queries", "")), f"{v.summary.get('S_max', 0):,}", v.created[:19])
+    for e in entries:
+        s = e["summary"]
+        if e["kind"] == "hardness":
+            cells = (e["backbone"], e["source"], e["estimator"], f"{s.get('queries', '')} queries", f"{s.get('S_max', 0):,}")
+        else:                             # an artifact (o2i:NAME@vN): objects x distances, no sample size
+            cells = (e["name"], "-", "-", f"{s.get('objects', '')} objects x {len(s.get('distances', []))} distances", "-")
+        name, source, estimator, size, sample = cells
+        table.add_row(e["kind"], name, f"v{e['version']}", ",".join(e["tags"]), e["benchmark"], source, estimator,
+                      size, sample, str(e["created"])[:19])
     output.console().print(table)
 
 
@@ -69,7 +75,7 @@ def show(name: str = typer.Argument(..., help="NAME[@VERSION], e.g. dinov3_l@v2 
     output.print_json(api.show(name, registry=registry, benchmark=benchmark, estimator=estimator))
 
 
-def tag(name: str = typer.Argument(..., help="NAME@VERSION to tag."),
+def tag(name: str = typer.Argument(..., help="NAME@VERSION to tag, or a registered O2I result o2i:NAME@VERSION."),
         tag_name: str = typer.Argument(..., help="Tag, e.g. released."),
         benchmark: Optional[str] = typer.Option(None, "--on"),
         estimator: Optional[str] = typer.Option(None, "--using"),

@@ -65,10 +65,15 @@ def digest_file(path) -> str:
 
 
 def weights_digest(model_dir) -> str:
-    """Digest of a checkpoint's weights (and config), independent of the folder's location."""
+    """Digest of what makes a checkpoint's model: its weight files (``.safetensors``, ``.bin``)
+    and config files (``.json``: model, image processor, adapter), by name and content, wherever
+    the folder is. rscale's own manifest (store/checkpoint_manifest.py) says what made the folder,
+    not what the model is, so it is left out: the same weights have one digest with or without it."""
+    from rscale.store.checkpoint_manifest import NAME as CHECKPOINT_MANIFEST
+
     model_dir = Path(model_dir)
     parts = [f"{p.name}\t{digest_file(p)}" for p in sorted(model_dir.iterdir())
-             if p.is_file() and p.suffix in (".safetensors", ".bin", ".json")]
+             if p.is_file() and p.suffix in (".safetensors", ".bin", ".json") and p.name != CHECKPOINT_MANIFEST]
     return digest_lines(parts)
 
 

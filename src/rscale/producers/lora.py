@@ -32,6 +32,11 @@ Outputs under ``out_dir``::
                    ``training_list_sha256``
     split.json     the split by object (render-set training only)
 
+Precision. ``precision="float32"`` (the default; CPU) or ``"bfloat16"``: the teacher and student
+forward passes run under ``torch.autocast`` in bfloat16 (on a GPU: ``device="cuda"``) while the
+base weights, the adapters, the optimizer state and the loss stay float32, so the merge is the
+same float32 sum ``W + (alpha / r) B A`` (benchmarks/gpu_check.py compares the two on a GPU).
+
 Every step logs ``loss`` and ``lr`` to MLflow (rscale.producers.lineage) with the params, the
 input digests (base weights, training list) and the output digests (merged weights, adapter).
 """
@@ -48,11 +53,13 @@ from pathlib import Path
 import numpy as np
 
 from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
+from rscale.store.checkpoint_manifest import NAME as CHECKPOINT_MANIFEST
 
-MANIFEST = "rscale_manifest.json"
+MANIFEST = CHECKPOINT_MANIFEST          # one name for rscale's checkpoint manifests, told apart by kind
 MERGED_KIND = "rscale.backbone.lora_merged"
 CHECKPOINT_STATE = "state.json"
 TRAINING_LIST = "training_list.tsv"
+PRECISIONS = ("float32", "bfloat16")       # bfloat16: autocast forward passes, float32 weights (docstring)
 
 # model_type -> alternative target layouts (module-name suffixes, peft's matching rule); the first
 # layout whose every name matches some Linear / Conv2d of the model is used.
@@ -139,7 +146,8 @@ def _modules():
 
 def merged_lineage(model_dir) -> dict | None:
     """What a merged checkpoint was made from, from its manifest: ``{"kind", "base_weights_sha256",
-    "adapter_sha256", "training_list_sha256", "split_sha256"}``; None for any other checkpoint.
+    "adapter_sha256", "training_list_sha256", "split_sha256", "training_source"}`` (the last the
+    source's kind, lora_data.SOURCE_KINDS); None for any other checkpoint.
     The extractor copies it into each descriptor set's manifest and scoring into the sample stats,
     so a registered version names the base weights, adapter and training list without the folders."""
     path = Path(model_dir) / MANIFEST
@@ -151,7 +159,18 @@ def merged_lineage(model_dir) -> dict | None:
         return None
     return {"kind": MERGED_KIND, "base_weights_sha256": man.get("base", {}).get("weights_sha256"),
             "adapter_sha256": man.get("adapter_sha256"), "training_list_sha256": man.get("training_list_sha256"),
-            "split_sha256": man.get("split_sha256")}
+            "split_sha256": man.get("split_sha256"),
+            "training_source": (man.get("training_source") or {}).get("kind")}
+
+
+def check_device(device: str, precision: str) -> None:
+    """Refuse an unknown precision, or a CUDA device where none is visible."""
+    if precision not in PRECISIONS:
+        raise InvalidArgumentError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if str(device).startswith("cuda"):
+        torch, _ = _modules()
+        if not torch.cuda.is_available():
+            raise InvalidArgumentError(f"device {device!r}: no CUDA device is visible here; use device cpu")
 
 
 # ---------------------------------------------------------------- targets
@@ -350,16 +369,20 @@ class LoraResult:
 
 
 def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = None, *, render_set=None,
-               split=None, resume_from=None, device: str = "cpu", lineage: bool = True,
-               progress=False) -> LoraResult:
+               split=None, queries=None, resume_from=None, device: str = "cpu", precision: str = "float32",
+               lineage: bool = True, progress=False) -> LoraResult:
     """Train LoRA adapters on ``base_dir`` (a transformers checkpoint folder) and write the merged
     model, the adapter and a manifest under ``out_dir`` (module docstring).
 
-    ``images``: an image folder, a list file or a list of paths; or None with ``render_set`` (an
-    O2I RenderSet) and ``split`` (an ObjectSplit): the renders of ``split.train`` only.
+    ``images``: an image folder, a list file, a list of paths or an ILIAS-layout folder (its
+    gallery side); or None with ``render_set`` (an O2I RenderSet) and ``split`` (an ObjectSplit):
+    the renders of ``split.train`` only. ``queries``: evaluation query images to keep out (an
+    ILIAS-layout folder's queries, or a folder / list); a training image that is one of them (or an
+    ILIAS root's own query) by path or content is refused (:func:`lora_data.training_source`).
     ``resume_from``: a checkpoint folder; default the newest under ``out_dir/checkpoints``, if any.
-    Bad input (targets, rank, weights, unreadable images, a checkpoint of another base) raises an
-    RscaleError before anything is written. ``progress``: True prints a line per step; a callable
+    ``device``: a torch device ("cpu", "cuda"); ``precision``: one of :data:`PRECISIONS` (the
+    module docstring). Bad input (targets, rank, weights, unreadable images, a checkpoint of
+    another base) raises an RscaleError before anything is written. ``progress``: True prints a line per step; a callable
     gets ``(step, steps, loss, lr)`` after each step (step counted from 1).
     """
     torch, _ = _modules()
@@ -369,14 +392,17 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
 
     params = params if isinstance(params, LoraParams) else LoraParams.from_dict(params)
     base_dir, out_dir = Path(base_dir), Path(out_dir)
+    check_device(device, precision)
     if render_set is not None:
         if split is None:
             raise InvalidArgumentError("training on a render set needs a split by object (lora_data.split_objects)")
-        paths = lora_data.render_set_paths(render_set, split)
+        source = lora_data.render_source(render_set, split, queries)
     elif images is None:
-        raise InvalidArgumentError("give training images (a folder, a list file or paths) or a render set")
+        raise InvalidArgumentError("give training images (a folder, a list file, paths or an ILIAS-layout folder) "
+                                   "or a render set")
     else:
-        paths = lora_data.image_paths(images)
+        source = lora_data.training_source(images, queries)
+    paths = list(source.paths)
 
     # Everything that can refuse the run comes before the first write.
     with quiet_weight_loading(True):                 # transformers' progress bars: a refused run prints one line
@@ -405,8 +431,17 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
         start, log = int(state["step"]), [tuple(r) for r in state["log"]]
 
     run_params = {**params.to_dict(), "targets": list(targets), "pooling": pooling, "mask": mask,
-                  "model_type": bb.model_type, "images": len(paths), "resumed_from": start}
+                  "model_type": bb.model_type, "images": len(paths), "source": source.kind, "resumed_from": start,
+                  "precision": precision, "device": str(device)}
+    import contextlib
+    autocast = ((lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
+                if precision == "bfloat16" else contextlib.nullcontext)
     inputs = {"base_weights": base_digest, "training_list": list_digest}
+    source_record = source.lineage()
+    if source_record["location"]:                # seen from out_dir, like the training list's paths
+        source_record["location"] = os.path.relpath(Path(source_record["location"]).resolve(), out_dir.resolve())
+    if source_record["excluded_queries_sha256"]:
+        inputs["excluded_queries"] = source_record["excluded_queries_sha256"]
     if split is not None:
         inputs["split"] = digest_lines(f"{side}\t{o}" for side, ids in (("train", split.train),
                                                                         ("evaluation", split.evaluation)) for o in ids)
@@ -422,11 +457,13 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
             torch.manual_seed(int(rng.integers(2**31)))             # LoRA dropout: the same on a resumed run
             canonical = [pictures[i] for i in idx]
             views = [lora_data.student_view(bb, im, s, mask) for im, s in zip(canonical, scales)]
-            with torch.no_grad(), model.disable_adapter():
+            with torch.no_grad(), model.disable_adapter(), autocast():
                 teacher = student_descriptors(model, to_pixels(bb, canonical), pooling, bb.prefix_tokens)
             masks = torch.cat([m for _, m in views]).to(device) if mask else None
             _train_mode(model)
-            student = student_descriptors(model, to_pixels(bb, [v for v, _ in views]), pooling, bb.prefix_tokens, masks)
+            with autocast():
+                student = student_descriptors(model, to_pixels(bb, [v for v, _ in views]), pooling, bb.prefix_tokens,
+                                              masks)
             loss = (1.0 - (student * teacher).sum(dim=1)).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -443,14 +480,14 @@ def train_lora(base_dir, images, out_dir, params: LoraParams | dict | None = Non
                 save_checkpoint(out_dir / "checkpoints", model, optimizer, step + 1, identity, log)
         with quiet_weight_loading(True):
             manifest = _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split,
-                                      list(zip(list_lines, paths)))
+                                      list(zip(list_lines, paths)), source_record)
         run.output("merged_weights", manifest["merged_weights"])
         run.output("adapter", manifest["adapter"])
         run.metric("final_loss", log[-1][1])
     return LoraResult(out_dir / "model", out_dir / "adapter", manifest, tuple(r[1] for r in log), run.run_id, start)
 
 
-def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split, listed) -> dict:
+def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log, split, listed, source) -> dict:
     """The adapter, the train log, the training list, then the merged model with its manifest
     (each folder atomic)."""
     from rscale.producers.lineage import digest_file, weights_digest
@@ -486,7 +523,8 @@ def _write_outputs(out_dir, base_dir, bb, model, params, run_params, inputs, log
                              # where the base was, seen from this folder (lineage re-hashes it there)
                              "path": os.path.relpath(base_dir.resolve(), (out_dir / "model").resolve())},
                     "adapter_sha256": adapter_digest, "training_list_sha256": inputs["training_list"],
-                    "split_sha256": inputs.get("split"), "params": run_params, "files": files,
+                    "split_sha256": inputs.get("split"), "training_source": source, "params": run_params,
+                    "files": files,
                     "steps": len(log), "loss": {"first": log[0][1], "last": log[-1][1]}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     _atomic_dir(out_dir / "model", write)

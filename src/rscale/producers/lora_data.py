@@ -1,10 +1,14 @@
 """Training images and student views of the O2I LoRA fine-tune (O2I paper, section 5.4, App. M).
 
-Training images come from an image folder, a list of paths (one per line in a text file, or a
-Python list), or an O2I render set (:mod:`rscale.producers.o2i`) restricted to the training side
-of a split by object (:func:`split_objects`): every render of an evaluation object stays out of
-training. :func:`training_images` opens every image before anything is written, so an unreadable
-file stops the run with its path and nothing on disk.
+Training images (:func:`training_source`) come from an image folder, a list of paths (one per
+line in a text file, or a Python list), the gallery side of an ILIAS-layout folder (every
+instance's ``pos/`` images, read with :mod:`rscale.store.ilias_layout`; never its ``query/``
+images), or an O2I render set (:mod:`rscale.producers.o2i`) restricted to the training side of a
+split by object (:func:`split_objects`): every render of an evaluation object stays out of
+training. Evaluation query images (an ILIAS root's own queries, and any ``queries`` given) are
+refused in a training list by path and by content digest (:func:`check_no_queries`).
+:func:`training_images` opens every image before anything is written, so an unreadable file stops
+the run with its path and nothing on disk.
 
 The student view (:func:`student_view`) is the same gray-padded, lower-O2I view as the query-side
 interventions, built with their code (:func:`rscale.producers.interventions.gray_pad` and, for a
@@ -56,9 +60,134 @@ def split_objects(object_ids, evaluation: int | float, seed: int = 0) -> ObjectS
     return ObjectSplit(tuple(o for o in given if o not in held), tuple(o for o in given if o in held), int(seed))
 
 
+@dataclass(frozen=True)
+class TrainingSource:
+    """What a run trains on: the image paths, the kind of source they came from (one of
+    :data:`SOURCE_KINDS`), where it was, and the evaluation query images checked absent from it."""
+
+    kind: str
+    paths: tuple
+    location: str | None = None
+    queries: tuple = ()
+
+    def lineage(self) -> dict:
+        """The run's record of its source: kind, location, image count, and the checked queries'
+        count and digest (each query's name and sha256, as :func:`list_digest_lines`)."""
+        from rscale.store.hashing import digest_lines
+        return {"kind": self.kind, "location": self.location, "images": len(self.paths),
+                "excluded_queries": len(self.queries),
+                "excluded_queries_sha256": digest_lines(list_digest_lines(self.queries)) if self.queries else None}
+
+
+SOURCE_KINDS = ("folder", "list", "paths", "ilias", "renders")
+
+
+def ilias_instances(path):
+    """The instances of ``path`` when it is an ILIAS-layout folder (:func:`rscale.store.ilias_layout.instances`:
+    ``<instance>/query/`` and ``<instance>/pos/``, some query), else None."""
+    from rscale.store.ilias_layout import instances
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    try:
+        return instances(path)
+    except FormatError:                  # no instance with a query: a plain image folder
+        return None
+
+
+def query_paths(source) -> list[Path]:
+    """Evaluation query images: an ILIAS-layout folder's ``query/`` images, or the images of a
+    folder, list file or list of paths."""
+    if not isinstance(source, (list, tuple)) and not Path(source).exists():
+        raise FormatError("evaluation queries not found (expected an ILIAS-layout folder, an image folder or a "
+                          "list file)", path=str(source))
+    found = ilias_instances(source) if not isinstance(source, (list, tuple)) else None
+    if found is not None:
+        return [q for inst in found for q in inst.queries]
+    return _listed_paths(source)
+
+
+def layout_queries(paths) -> list[Path]:
+    """The queries of every ILIAS-layout root that one of ``paths`` lies in a ``query/`` folder of
+    (``ROOT/<instance>/query/<name>``, read with the layout reader): listed or found in a folder,
+    such an image is an evaluation query."""
+    roots = dict.fromkeys(Path(p).parent.parent.parent for p in paths if Path(p).parent.name == "query")
+    found = (ilias_instances(r) for r in roots)
+    return [q for insts in found if insts for inst in insts for q in inst.queries]
+
+
+def check_no_queries(paths, queries) -> None:
+    """Refuse a training list that holds an evaluation query image: the same file (resolved path)
+    or the same bytes (sha256; only files of a query's size are hashed). One InvalidArgumentError
+    naming the count and the first pairs."""
+    from rscale.producers.lineage import digest_file
+
+    if not queries:
+        return
+    by_path = {Path(q).resolve(): Path(q) for q in queries}
+    sizes = {}
+    for q in queries:
+        try:
+            sizes.setdefault(Path(q).stat().st_size, []).append(Path(q))
+        except OSError:
+            continue                         # a missing query cannot be in the training list by content
+    digests = {}
+
+    def digest(p):
+        if p not in digests:
+            digests[p] = digest_file(p)
+        return digests[p]
+
+    hits = []
+    for p in paths:
+        p = Path(p)
+        if p.resolve() in by_path:
+            hits.append(f"{p} is query {by_path[p.resolve()]}")
+            continue
+        try:
+            same_size = sizes.get(p.stat().st_size, ())
+        except OSError:
+            continue                         # unreadable: training_images names it
+        twin = next((q for q in same_size if digest(q) == digest(p)), None)
+        if twin is not None:
+            hits.append(f"{p} has the bytes of query {twin}")
+    if hits:
+        raise InvalidArgumentError(f"{len(hits)} of {len(paths)} training images are evaluation query images "
+                                   f"(never train on them): {'; '.join(hits[:3])}; train on the gallery side "
+                                   "(an ILIAS root's pos/ images) or a separate set, without these files")
+
+
+def training_source(source, queries=None) -> TrainingSource:
+    """The training images of ``source`` (an ILIAS-layout folder: its instances' positives, never
+    its queries; an image folder, recursively; a list file, one path a line relative to it; a list of paths), checked
+    against the evaluation queries: an ILIAS root's own, those of any ILIAS root a listed image lies
+    in the ``query/`` folder of (:func:`layout_queries`), and those of ``queries`` (:func:`query_paths`)."""
+    found = ilias_instances(source) if not isinstance(source, (list, tuple)) else None
+    if found is not None:
+        paths = [p for inst in found for p in inst.positives]
+        if not paths:
+            raise FormatError("no <instance>/pos/*.jpg or *.png in this ILIAS-layout folder: nothing on its gallery "
+                              "side to train on", path=str(source))
+        own = [q for inst in found for q in inst.queries]
+        kind = "ilias"
+    else:
+        paths = _listed_paths(source)
+        own = layout_queries(paths)
+        kind = "paths" if isinstance(source, (list, tuple)) else ("folder" if Path(source).is_dir() else "list")
+    excluded = list(dict.fromkeys(own + (query_paths(queries) if queries is not None else [])))
+    check_no_queries(paths, excluded)
+    return TrainingSource(kind, tuple(paths), None if kind == "paths" else str(source), tuple(excluded))
+
+
 def image_paths(source) -> list[Path]:
-    """Paths of a training source: a folder (its images, recursively, sorted), a text file (one
-    path per line, relative to the file's folder; blank lines and ``#`` comments skipped) or a list."""
+    """Paths of a training source (:func:`training_source`): an ILIAS-layout folder gives its
+    gallery side only."""
+    return list(training_source(source).paths)
+
+
+def _listed_paths(source) -> list[Path]:
+    """A folder's images (recursively, sorted), a text file's paths (one per line, relative to the
+    file's folder; blank lines and ``#`` comments skipped) or a list's."""
     if isinstance(source, (list, tuple)):
         paths = [Path(p) for p in source]
     else:
@@ -76,6 +205,14 @@ def image_paths(source) -> list[Path]:
     if not paths:
         raise InvalidArgumentError("no training images: the list is empty")
     return paths
+
+
+def render_source(render_set, split: ObjectSplit, queries=None) -> TrainingSource:
+    """The renders of the split's training objects, checked against ``queries`` (if any)."""
+    paths = render_set_paths(render_set, split)
+    excluded = list(dict.fromkeys(layout_queries(paths) + (query_paths(queries) if queries is not None else [])))
+    check_no_queries(paths, excluded)
+    return TrainingSource("renders", tuple(paths), str(render_set.manifest), tuple(excluded))
 
 
 def render_set_paths(render_set, split: ObjectSplit) -> list[Path]:

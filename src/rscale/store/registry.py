@@ -215,10 +215,12 @@ class Registry:
                                 f"(edited or damaged): run 'rscale verify' and restore {self.catalog.path.name}")
         return a
 
-    def tag(self, version: Version, tag: str) -> None:
+    def tag(self, version: Version | Artifact, tag: str) -> None:
+        """Point ``tag`` at a hardness version or an artifact version (one tags table, artifacts.py)."""
         if tag == "latest" or tag.startswith("v") and tag[1:].isdigit():
             raise RegistryError(f"'{tag}' is reserved (latest is always the highest version; vN names versions)")
-        self.catalog.set_tag(version.series, tag, version.version)
+        series = version.tag_series if isinstance(version, Artifact) else version.series
+        self.catalog.set_tag(series, tag, version.version)
 
     # -- reading ---------------------------------------------------------------------------
     def versions(self) -> list[Version]:

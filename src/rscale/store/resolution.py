@@ -29,17 +29,25 @@ def resolve(catalog: list[Version], name: str, version: str | None = None, bench
     want = version or "latest"
     picked = []
     for key in sorted({v.series for v in pool}):
-        cand = [v for v in pool if v.series == key]
-        if want.startswith("v") and want[1:].isdigit():
-            hit = [v for v in cand if v.version == int(want[1:])]
-        else:
-            hit = [v for v in cand if want in v.tags]
+        hit = [v for v in pool if v.series == key and names_version(v, want)]
         if hit:
             picked.append(hit[0])
     if not picked:
-        have = sorted({f"v{v.version}" for v in pool} | {t for v in pool for t in v.tags})
-        raise NotFoundError(f"{name} has no version '{want}' (has: {', '.join(have)})")
+        raise NotFoundError(f"{name} has no version '{want}' (has: {', '.join(version_names(pool))})")
     return picked
+
+
+def names_version(v, want: str) -> bool:
+    """Whether ``want`` names the version ``v`` (a hardness version or an artifact: anything with
+    ``version`` and ``tags``): ``vN`` by number, anything else as a tag (``latest`` included)."""
+    if want.startswith("v") and want[1:].isdigit():
+        return v.version == int(want[1:])
+    return want in v.tags
+
+
+def version_names(pool) -> list[str]:
+    """Every name the versions of ``pool`` answer to: vN and their tags."""
+    return sorted({f"v{v.version}" for v in pool} | {t for v in pool for t in v.tags})
 
 
 def _no_series(name: str, named: list[Version], **filters) -> str:
@@ -65,4 +73,4 @@ def resolve_one(catalog: list[Version], name, version=None, benchmark=None, sour
     return found[0]
 
 
-__all__ = ["resolve", "resolve_one"]
+__all__ = ["names_version", "resolve", "resolve_one", "version_names"]

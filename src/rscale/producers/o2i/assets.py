@@ -20,8 +20,10 @@ repository's terms ask for credit); everything else falls under the wheel's ``LI
 User meshes (:func:`user_assets`: OBJ, GLB/GLTF, PLY, STL, OFF) are read with trimesh, refused
 when degenerate, and converted once to OBJ (+ MTL and texture when the mesh has one) under
 ``<cache>/assets/<sha256 of the user's file>/``, so a file is converted once wherever it lives.
-The asset's digest is that of the converted files (what the renderer reads). Vertex colours are
-not carried over (pybullet's OBJ path has none).
+The asset's digest is that of the converted files (what the TinyRenderer reads). Vertex colours
+are not carried over (pybullet's OBJ path has none). A GLB also keeps its own path and digest
+(``original``): the pyrender renderer (rscale.producers.o2i.pbr) draws the file itself, with its
+PBR materials, textures and vertex colours.
 
 Every object is normalised when rendered (:func:`normalisation`): the centre of its bounding box
 goes to the origin and it is scaled so its farthest vertex lies at distance 1 (a unit bounding
@@ -87,6 +89,8 @@ class Asset:
     rpy: tuple = (0.0, 0.0, 0.0)                # URDF visual rotation
     color: tuple | None = None                  # rgba; None: white on a texture, else DEFAULT_COLOR
     textured: bool = False
+    original: str | None = None                 # a user GLB itself (pyrender draws it with its PBR materials)
+    original_digest: str | None = None          # sha256 of that file
 
     @property
     def render_color(self) -> tuple:
@@ -293,9 +297,21 @@ def user_assets(paths, cache_dir, licence: str = "unspecified", ids=None) -> lis
             except OSError:                        # another process converted it first
                 shutil.rmtree(tmp, ignore_errors=True)
         files, textured = mesh_files(obj)
+        glb = path.suffix.lower() == ".glb"       # self-contained: its digest covers its textures
         out.append(Asset(object_id, str(obj), "user", licence, f"given by the user for {path.name}",
-                         files_digest(files), color=None if textured else material_color(files), textured=textured))
+                         files_digest(files), color=None if textured else material_color(files), textured=textured,
+                         original=str(path.resolve()) if glb else None, original_digest=digest if glb else None))
     return out
+
+
+def load_trimesh_scene(path, object_id: str = ""):
+    """A mesh file as a trimesh Scene with its materials (what the pyrender renderer draws)."""
+    trimesh = _trimesh()
+    try:
+        return trimesh.load(str(path), force="scene", process=False)
+    except Exception as e:                        # trimesh raises many types for bad files
+        raise FormatError(f"{'object ' + repr(object_id) + ': ' if object_id else ''}cannot read the mesh "
+                          f"({type(e).__name__}: {e})", path=str(path), hint="Give a mesh file trimesh can open") from None
 
 
 ASSET_PARAMS = ("kind", "limit", "meshes", "licence")

@@ -10,7 +10,8 @@ Layout under a cache directory::
 A render's key is the sha256 of the canonical JSON of everything that decides its pixels: the
 asset's identity (mesh-file digest, URDF scale, rpy, colour), its orientation, the distance, the
 camera / light / background / resolution, and the renderer version (pybullet's version and
-``RENDER_CODE_VERSION``). A render whose two files exist is read, never redrawn, so re-running
+``RENDER_CODE_VERSION`` for the TinyRenderer; pyrender's, PyOpenGL's, the GL renderer's and
+``PBR_CODE_VERSION`` for pyrender, plus the user GLB's own digest, which it draws). A render whose two files exist is read, never redrawn, so re-running
 renders nothing new; a changed parameter changes the key and renders only what it changes. A
 cached file that does not decode (damaged outside rscale) is drawn again.
 
@@ -39,7 +40,8 @@ import numpy as np
 from rscale.errors import FormatError, InvalidArgumentError, SchemaVersionError
 from rscale.producers.o2i.assets import Asset, normalisation
 from rscale.producers.o2i.images import object_bbox, object_o2i
-from rscale.producers.o2i.render import RenderProtocol, object_orientation, renderer_version
+from rscale.producers.o2i.render import (DEFAULT_RENDERER, RenderProtocol, check_renderer, object_orientation,
+                                         open_renderer, renderer_version)
 from rscale.store.atomic import atomic_path
 from rscale.store.hashing import canonical_digest, sha256_file
 
@@ -50,10 +52,14 @@ COLUMNS = ("object_id", "distance_index", "distance", "path", "mask_path", "imag
            "licence", "render_key")
 
 
-def render_key(asset: Asset, distance: float, protocol: RenderProtocol) -> str:
-    """sha256 of everything that decides one render's pixels (hex, no prefix)."""
+def render_key(asset: Asset, distance: float, protocol: RenderProtocol, renderer: str = DEFAULT_RENDERER) -> str:
+    """sha256 of everything that decides one render's pixels (hex, no prefix); ``renderer`` is a
+    name of RENDERERS (its version string goes in, so the same object drawn by two renderers has
+    two keys; pyrender reads a user GLB itself, so its digest goes in too)."""
     ident = {"asset": asset.identity(), "orientation": list(object_orientation(asset, protocol)),
-             "distance": float(distance), "camera": protocol.camera(), "renderer": renderer_version()}
+             "distance": float(distance), "camera": protocol.camera(), "renderer": renderer_version(renderer)}
+    if renderer != DEFAULT_RENDERER and asset.original_digest:
+        ident["original"] = asset.original_digest
     return canonical_digest(ident).split(":", 1)[1]
 
 
@@ -201,30 +207,28 @@ def _draw(renderer, asset: Asset, protocol: RenderProtocol, todo: list, paths: l
     return masks
 
 
-_WORKER_RENDERER = None
+_WORKER_RENDERERS: dict = {}
 
 
-def _draw_in_worker(asset, protocol, todo, paths) -> int:
-    global _WORKER_RENDERER
-    from rscale.producers.o2i.render import TinyRenderer
-    if _WORKER_RENDERER is None:
-        _WORKER_RENDERER = TinyRenderer()
-    _draw(_WORKER_RENDERER, asset, protocol, todo, paths)
+def _draw_in_worker(name, asset, protocol, todo, paths) -> int:
+    if name not in _WORKER_RENDERERS:
+        _WORKER_RENDERERS[name] = open_renderer(name)
+    _draw(_WORKER_RENDERERS[name], asset, protocol, todo, paths)
     return len(todo)
 
 
 def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-cache", manifest=None,
-               renderer=None, progress: bool = True, workers: int = 1) -> RenderSet:
+               renderer=DEFAULT_RENDERER, progress: bool = True, workers: int = 1) -> RenderSet:
     """Render every asset at every protocol distance (cached), then write the manifest.
 
-    ``renderer``: a :class:`~rscale.producers.o2i.render.TinyRenderer` to reuse (one is opened and
-    closed otherwise). ``workers`` > 1 renders objects in that many processes (one TinyRenderer
-    each; the pixels do not depend on it). ``manifest``: its path (default
-    ``<cache_dir>/manifests/<digest>.parquet``)."""
+    ``renderer``: a name of RENDERERS (``tinyrenderer``, the default, or ``pyrender``; one is
+    opened and closed), or an open renderer to reuse (TinyRenderer, PyrenderRenderer). ``workers``
+    > 1 renders objects in that many processes (one renderer each; the pixels do not depend on
+    it). ``manifest``: its path (default ``<cache_dir>/manifests/<digest>.parquet``)."""
     from rich.progress import Progress
 
-    from rscale.producers.o2i.render import TinyRenderer
-
+    name = check_renderer(renderer if isinstance(renderer, str) else renderer.name)
+    version = renderer_version(name)     # a renderer that cannot run here is refused before any object is read
     protocol = protocol or RenderProtocol()
     assets = list(assets)
     if not assets:
@@ -238,7 +242,7 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
     for a in assets:                     # refuse missing / unreadable / degenerate meshes before rendering
         normalisation(a)
     cache_dir = Path(cache_dir)
-    keys = [[render_key(a, d, protocol) for d in protocol.distances] for a in assets]
+    keys = [[render_key(a, d, protocol, name) for d in protocol.distances] for a in assets]
     paths = [[_render_paths(cache_dir, k) for k in ks] for ks in keys]
     if manifest is None:
         digest = canonical_digest([[a.id, ks] for a, ks in zip(assets, keys)]).split(":", 1)[1]
@@ -264,7 +268,8 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(min(int(workers), len(todo)), mp_context=multiprocessing.get_context("spawn")) as ex:
-                futures = {ex.submit(_draw_in_worker, assets[i], protocol, ks, paths[i]): i for i, ks in todo.items()}
+                futures = {ex.submit(_draw_in_worker, name, assets[i], protocol, ks, paths[i]): i
+                           for i, ks in todo.items()}
                 try:
                     for f in as_completed(futures):
                         n = f.result()
@@ -277,8 +282,8 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
                 for k in ks:
                     done[i, k] = record(i, k)
         elif todo:
-            own = renderer is None
-            renderer = TinyRenderer() if own else renderer
+            own = isinstance(renderer, str)
+            renderer = open_renderer(name) if own else renderer
             try:
                 for i, ks in todo.items():
                     for k, mask in _draw(renderer, assets[i], protocol, ks, paths[i]).items():
@@ -289,7 +294,7 @@ def render_set(assets, protocol: RenderProtocol | None = None, cache_dir="o2i-ca
                 if own:
                     renderer.close()
     records = [done[i, k] for i in range(len(assets)) for k in range(len(protocol.distances))]
-    result = RenderSet(manifest, protocol.to_dict(), renderer_version(), records, rendered)
+    result = RenderSet(manifest, protocol.to_dict(), version, records, rendered)
     write_manifest(result)
     return result
 

@@ -24,6 +24,11 @@ viewpoint, lighting and a neutral background fixed, 512 x 512):
 Clipping: an object whose mask touches the image border at any distance is refused
 (:class:`rscale.errors.InvalidArgumentError` naming the object, the distance and the smallest
 distance the unit sphere always fits at); no re-framing, so the camera is the same for every object.
+
+Renderers (``RENDERERS``, params.yaml ``o2i.renderer``): ``tinyrenderer`` (the default, this
+module) and ``pyrender`` (physically based shading on EGL, behind the ``o2i-pbr`` extra:
+rscale.producers.o2i.pbr). Both take the same protocol and give the object's exact mask;
+:func:`renderer_version` names the one that drew a render (part of every render key).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ RENDER_CODE_VERSION = 1
 DISTANCE_RATIO = 3.3
 DEFAULT_DISTANCES = tuple(round(3.0 * DISTANCE_RATIO ** (k / 4), 4) for k in range(5))
 ORIENTATIONS = ("canonical", "random")
+DEFAULT_RENDERER = "tinyrenderer"
+RENDERERS = (DEFAULT_RENDERER, "pyrender")
 
 
 @dataclass(frozen=True)
@@ -126,9 +133,24 @@ class RenderProtocol:
         return d
 
 
+def check_renderer(name: str) -> str:
+    """``name`` if it is one of RENDERERS, else InvalidArgumentError naming them."""
+    if name not in RENDERERS:
+        raise InvalidArgumentError(f"renderer must be one of {', '.join(RENDERERS)}, got {name!r}")
+    return name
+
+
+def renderer_version(name: str = DEFAULT_RENDERER) -> str:
+    """What drew a render, part of every render key: for the TinyRenderer pybullet's version plus
+    this module's code version; for pyrender rscale.producers.o2i.pbr.pbr_renderer_version."""
+    if check_renderer(name) == "pyrender":
+        from rscale.producers.o2i.pbr import pbr_renderer_version
+        return pbr_renderer_version()
+    return _tiny_version()
+
+
 @lru_cache(maxsize=1)
-def renderer_version() -> str:
-    """pybullet's version plus this module's code version: part of every render key."""
+def _tiny_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
         pb = version("pybullet")
@@ -137,10 +159,45 @@ def renderer_version() -> str:
     return f"pybullet-{pb}/tinyrenderer/rscale-{RENDER_CODE_VERSION}"
 
 
+def open_renderer(name: str = DEFAULT_RENDERER):
+    """A new renderer of that name (a context manager with ``render_distances``)."""
+    if check_renderer(name) == "pyrender":
+        from rscale.producers.o2i.pbr import PyrenderRenderer
+        return PyrenderRenderer()
+    return TinyRenderer()
+
+
+def import_pybullet():
+    """pybullet, imported with its C-level "pybullet build time: ..." banner kept off stderr: printed
+    there, it made every later one-line refusal of a CLI run (a clipped object, say) two lines."""
+    import os
+    import sys
+    if "pybullet" in sys.modules:
+        return sys.modules["pybullet"]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                import pybullet
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    return pybullet
+
+
+def camera_direction(protocol: RenderProtocol) -> np.ndarray:
+    """Unit vector from the origin to the camera (azimuth from +x towards +y, elevation above xy)."""
+    az, el = np.radians(protocol.azimuth), np.radians(protocol.elevation)
+    return np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+
+
 def object_orientation(asset: Asset, protocol: RenderProtocol) -> tuple:
     """Quaternion (x, y, z, w) the object is rendered at: its URDF rpy, then (orientation
     "random") a uniform rotation drawn from (seed, object id)."""
-    import pybullet as p
+    p = import_pybullet()
     q = p.getQuaternionFromEuler(list(asset.rpy))
     if protocol.orientation == "random":
         key = int.from_bytes(hashlib.sha256(asset.id.encode()).digest()[:8], "little")
@@ -163,9 +220,11 @@ class TinyRenderer:
 
     Use as a context manager (or call ``close``)."""
 
+    name = DEFAULT_RENDERER
+
     def __init__(self):
         try:
-            import pybullet as p
+            p = import_pybullet()
         except ImportError:
             raise MissingExtraError("pybullet", "o2i") from None
         self._p = p
@@ -197,8 +256,7 @@ class TinyRenderer:
                                  physicsClientId=cid)
         res = int(protocol.resolution)
         proj = p.computeProjectionMatrixFOV(protocol.fov, 1.0, protocol.near, protocol.far)
-        az, el = np.radians(protocol.azimuth), np.radians(protocol.elevation)
-        direction = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+        direction = camera_direction(protocol)
         frames = []
         for d in (protocol.distances if distances is None else distances):
             view = p.computeViewMatrix((d * direction).tolist(), [0, 0, 0], [0, 0, 1])
@@ -211,15 +269,17 @@ class TinyRenderer:
             rgb = np.asarray(rgba, dtype=np.uint8).reshape(res, res, 4)[..., :3].copy()
             mask = np.asarray(seg).reshape(res, res) == body
             rgb[~mask] = protocol.background
-            _check_frame(asset, d, mask, protocol)
+            check_frame(asset, d, mask, protocol, self.name)
             frames.append(Frame(rgb, mask))
         return frames
 
 
-def _check_frame(asset: Asset, distance: float, mask: np.ndarray, protocol: RenderProtocol) -> None:
+def check_frame(asset: Asset, distance: float, mask: np.ndarray, protocol: RenderProtocol,
+                renderer: str = DEFAULT_RENDERER) -> None:
+    """Refuse a frame whose mask is empty or touches the image border (the object is clipped)."""
     if not mask.any():
         raise InvalidArgumentError(f"object '{asset.id}' covers no pixel at distance {distance:g} "
-                                   f"({protocol.resolution}x{protocol.resolution}): pybullet could not draw its mesh "
+                                   f"({protocol.resolution}x{protocol.resolution}): {renderer} could not draw its mesh "
                                    f"({asset.path}), or it is too thin to cover a pixel; re-export the mesh as OBJ, "
                                    "use a higher resolution or smaller distances, or drop the object")
     if touches_border(mask):
