@@ -298,3 +298,15 @@ def test_regions_are_encoded_with_the_first_stages_preprocessing(tmp_path):
            k=6, params=ProposalParams(max_boxes=0), progress=False, lineage=False)
     t = pq.read_table(tmp_path / "out" / "reranked.parquet").to_pydict()
     np.testing.assert_allclose(t["region_score"], t["first_stage_score"], atol=2e-3)
+
+
+def test_api_rerank_stays_the_function_after_the_real_backbone_reranker_ran(tmp_path):
+    # regression: rerank_real_backbone imported rscale.api.rerank directly, which bound the package
+    # attribute api.rerank to the submodule: a later `rscale rerank` in the same process called a module
+    import subprocess
+    import sys
+    code = ("from rscale import api\nfrom rscale.api.real_backbones import rerank_real_backbone\n"
+            f"try:\n    rerank_real_backbone({str(tmp_path / 'none.yaml')!r}, 'b', out='x.parquet')\n"
+            "except Exception:\n    pass\nprint(callable(api.rerank) and callable(api.rerank_sample))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True", out.stderr

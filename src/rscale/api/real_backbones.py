@@ -255,10 +255,14 @@ def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> di
     """Rerank one ``real_backbones`` entry's scored sample (``out/sample_stats/<name>.parquet`` and
     its ``.candidates.parquet``, from the stage real_score) into ``out``: sample stats schema 2 with
     the rerank scores of each query's top candidates and of its positives (the stage real_rerank)."""
-    from rscale.api.rerank import PROPOSAL_KEYS, rerank_settings
+    from dataclasses import fields
+
+    from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
     from rscale.producers.extract import image_items
     from rscale.producers.rerank import ProposalParams
     from rscale.producers.rerank_sample import rerank_sample
+
+    proposal_keys = tuple(f.name for f in fields(ProposalParams))
 
     entry = load_real_backbone(config, name)
     rr = entry.rerank
@@ -269,11 +273,11 @@ def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> di
         if not p.exists():
             raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
                               hint="run the stages before real_rerank (dvc repro real_rerank@" + name + ")")
-    s = rerank_settings(**{k: rr.get(k) for k in PROPOSAL_KEYS + ("first_stage_weight", "batch_size", "shard_size")})
+    s = api.rerank_settings(**{k: rr.get(k) for k in proposal_keys + ("first_stage_weight", "batch_size", "shard_size")})
     _, positives, _ = _sides(entry)
     return rerank_sample(sample, queries, [(i, p) for i, p, *_ in image_items(entry.distractors)],
                          [(i, p) for i, p, *_ in positives], rr["detector"], entry.model, rr["cache"], out,
                          first_stage_weight=float(s["first_stage_weight"]),
-                         params=ProposalParams(**{k: s[k] for k in PROPOSAL_KEYS}), pooling=entry.pooling,
+                         params=ProposalParams(**{k: s[k] for k in proposal_keys}), pooling=entry.pooling,
                          resolution=entry.resolution, batch_size=s["batch_size"], shard_size=s["shard_size"],
                          progress=progress)
