@@ -9,6 +9,11 @@ Writes under OUT (default out/examples):
   photos gives 4 instances (its quadrants); the query is the quadrant's centre crop, the 3
   positives are the whole quadrant, its mirror image and a zoomed-out view (the quadrant on its
   photo's surroundings);
+- ``detectors/owlv2_random/``: a small *randomly initialised* OWLv2 detector (the entry's
+  ``rerank.detector``): no OWLv2 weights ship offline, so its proposals are arbitrary boxes and the
+  example shows the reranking pipeline's mechanics, not OWLv2's gains. For those, download an
+  OWLv2 checkpoint once elsewhere (google/owlv2-base-patch16-ensemble) and point ``rerank.detector``
+  at its folder;
 - ``photos/distractors/``: 40 random crops (30-70% of the side, half mirrored) of each of 10
   other bundled photos (textures, text, coins, the moon, ...), 400 images: none shows an instance.
 
@@ -88,6 +93,23 @@ def write_photo_set(out: Path) -> dict:
     return {"instances": n_inst, "positives": 3 * n_inst, "distractors": n_dis}
 
 
+def write_stand_in_detector(path: Path) -> Path:
+    """A seeded, randomly initialised Owlv2ForObjectDetection (ViT-B/16-shaped proposals at 224 px,
+    196 patches; a narrow, shallow tower) saved as a local checkpoint folder."""
+    import torch
+    import transformers
+
+    torch.manual_seed(SEED)
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=100,
+                max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=224,
+                  patch_size=16)
+    model = transformers.Owlv2ForObjectDetection(transformers.Owlv2Config(text_config=text, vision_config=vision,
+                                                                          projection_dim=32))
+    model.save_pretrained(path)
+    return path
+
+
 def main(argv=None) -> dict:
     from rscale.api.o2i import DEFAULT_BACKBONE, BackboneEntry, prepare_backbone
 
@@ -96,8 +118,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     counts = write_photo_set(args.out / "photos")
     info = prepare_backbone(BackboneEntry(DEFAULT_BACKBONE, DEFAULT_BACKBONE, "pooled"), args.out)
+    detector = write_stand_in_detector(args.out / "detectors" / "owlv2_random")
     print(f"wrote {args.out}/photos ({counts['instances']} queries, {counts['positives']} positives, "
-          f"{counts['distractors']} distractors) and the checkpoint {info.path}")
+          f"{counts['distractors']} distractors), the checkpoint {info.path} and the stand-in detector {detector}")
     return counts
 
 

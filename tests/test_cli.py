@@ -231,7 +231,7 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     assert set(group.commands) == {"demo", "simulate", "check", "estimate", "predict", "register", "ls", "show", "tag",
                                    "verify", "gc", "query", "export", "import", "report", "lineage", "diff", "curve",
                                    "score", "make-descriptors", "extract", "extract-backbone", "compare", "o2i",
-                                   "rerank", "predict-rerank", "train-lora"}
+                                   "rerank", "rerank-sample", "rerank-backbone", "predict-rerank", "train-lora"}
     commands = {}
     for name, command in group.commands.items():   # sub-apps (rscale o2i run): their commands
         subs = command.commands if isinstance(command, click.Group) else {"": command}

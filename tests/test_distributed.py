@@ -77,6 +77,23 @@ def test_a_rerun_after_a_crash_scores_only_the_missing_shards(ray_local, sets, l
     assert out.read_bytes() == local_run[0].read_bytes()
 
 
+def test_candidates_on_ray_resumed_are_the_local_engines(ray_local, sets, tmp_path, monkeypatch):
+    # the top-R candidates by id travel with the partials, through the checkpoint of a crashed run
+    local = tmp_path / "local.parquet"
+    api.score(**score_args(sets, local, candidates=15))
+    out = tmp_path / "ss.parquet"
+    monkeypatch.setenv(FAULT_ENV, "raise:3")
+    with pytest.raises(Exception, match="injected failure of shard 3"):
+        api.score(**score_args(sets, out, engine="ray", candidates=15))
+    monkeypatch.delenv(FAULT_ENV)
+    summary = api.score(**score_args(sets, out, engine="ray", candidates=15))
+    assert summary["resumed_shards"] == 5
+    assert out.read_bytes() == local.read_bytes()
+    import pyarrow.parquet as pq
+    a, b = (pq.read_table(tmp_path / f"{n}.candidates.parquet") for n in ("ss", "local"))
+    assert a.replace_schema_metadata(None).equals(b.replace_schema_metadata(None)) and a.num_rows == 24 * 15
+
+
 def test_partials_of_another_run_are_not_reused(ray_local, sets, local_run, tmp_path, monkeypatch):
     # a crashed run with another seed leaves partials; a run with the local run's seed must ignore them
     out = tmp_path / "ss.parquet"

@@ -1,6 +1,7 @@
 """Real backbones through the DVC pipeline: a params.yaml `real_backbones:` entry -> `dvc repro`
-(extract -> score -> estimate -> register), on a tiny random ViT checkpoint and drawn images, in a
-temporary copy of the pipeline; then an intervention ablation with `dvc exp run`."""
+(extract -> score -> rerank, estimate -> register), on a tiny random ViT checkpoint, a tiny random
+OWLv2 detector and drawn images, in a temporary copy of the pipeline; then an intervention
+ablation with `dvc exp run`."""
 
 import json
 import os
@@ -19,6 +20,8 @@ transformers = pytest.importorskip("transformers")
 from PIL import Image  # noqa: E402
 
 from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
+
+from test_rerank import save_owlv2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -67,7 +70,8 @@ def entry(root, model, **queries):
                          "batch_size": 16},
             "images": {"layout": "ilias", "root": f"{root}/ilias", "distractors": f"{root}/distractors"},
             "queries": {"intervention": "none", "crop": False, **queries},
-            "score": {"fraction": 0.5, "k": 40, "seed": 0}}
+            "score": {"fraction": 0.5, "k": 40, "seed": 0},
+            "rerank": {"detector": "ckpt/tiny_owl", "candidates": 25, "max_boxes": 2}}
 
 
 @pytest.fixture()
@@ -80,6 +84,7 @@ def project(tmp_path):
     keep = {k: v for k, v in stages.items() if k.startswith("real_") and k != "real_example" or k == "report"}
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": keep}, sort_keys=False))
     tiny_vit(tmp_path / "ckpt" / "tiny_vit")
+    save_owlv2(tmp_path / "ckpt" / "tiny_owl")
     images(tmp_path / "data")
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     assert params["real_backbones"] == {}          # the committed default keeps `make demo` short
@@ -142,6 +147,22 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     assert got == truth and set(ss.n_sampled.tolist()) == {s} and 30 < s < 90
     assert ss.meta["backbone"] == "tiny" and ss.meta["distractor_source"] == "data/distractors"
     assert "tiny" in (path / "out" / "report.md").read_text()
+    # the reranked sample: each query's top 25 sampled candidates (kept by id by real_score) and its
+    # positives rescored by the crop reranker, in sample stats schema 2 next to the first stage's
+    from rscale.store.candidate_lists import read_candidates
+    rr = read_sample_stats(path / "out" / "sample_stats" / "tiny.reranked.parquet")
+    assert rr.schema_version == 2 and rr.top_rerank.shape == (10, 25) and rr.pos_rerank.shape == (30,)
+    np.testing.assert_array_equal(rr.top_scores, ss.top_scores)
+    # the whole image is a region: no rerank score is below its first-stage score (fp16 regions)
+    assert np.all(rr.pos_rerank >= rr.pos_scores - 2e-3) and np.all(rr.top_rerank >= rr.top_scores[:, :25] - 2e-3)
+    qids, gids, scores, _ = read_candidates(path / "out" / "sample_stats" / "tiny.candidates.parquet", 25)
+    from rscale.score.sampling import in_sample
+    assert in_sample(np.unique(gids), 0.5, 0).all() and np.all(np.char.startswith(gids.astype(str), "d"))
+    predicted = json.loads(run(rscale + ["predict-rerank", "out/sample_stats/tiny.reranked.parquet", "--n", "120",
+                                         "--depth", "20", "--metric", "mAP@20", "--method", "count", "--format",
+                                         "json"], path, env))
+    assert 0 <= predicted[0]["value"] <= 1
+    assert (path / "out" / "region_cache" / "tiny" / "cache.json").exists()
 
     # dotted params: what no stage reads reruns nothing; each sub-mapping reruns its own stages
     params_file = path / "params.yaml"
@@ -162,16 +183,27 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     (path / "data" / "distractors.txt").write_text("".join(f"{p}\n" for p in sorted((path / "data" / "distractors").iterdir())))
     params["real_backbones"]["tiny"]["images"]["distractors"] = "data/distractors.txt"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_rerank@tiny"}
+    params = yaml.safe_load(original)
+    params["real_backbones"]["tiny"]["rerank"]["max_boxes"] = 3
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
+    params["real_backbones"]["tiny"]["rerank"]["candidates"] = 20
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny", "real_rerank@tiny"}
     params_file.write_text(original)
     # and the code a stage runs is one of its dependencies
     code = path / "src" / "rscale" / "producers" / "interventions.py"
     code.write_text(code.read_text() + "\n# touched\n")
     assert changed(run(dvc + ["status"], path, env)) == {"real_queries@tiny"}
     code.write_text(code.read_text().replace("\n# touched\n", ""))
+    code = path / "src" / "rscale" / "producers" / "rerank_sample.py"
+    code.write_text(code.read_text() + "\n# touched\n")
+    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
+    code.write_text(code.read_text().replace("\n# touched\n", ""))
     weights = path / "ckpt" / "tiny_vit" / "config.json"
     weights.write_text(weights.read_text() + "\n")
-    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_queries@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_queries@tiny", "real_rerank@tiny"}
     weights.write_text(weights.read_text()[:-1])
 
     # adding a backbone is one entry: the folders layout, list files and a qrels CSV
@@ -188,7 +220,7 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     params["real_backbones"]["tiny_lists"] = second
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {f"{s}@tiny_lists" for s in (
-        "real_gallery", "real_queries", "real_score", "real_estimate", "real_register")}
+        "real_gallery", "real_queries", "real_score", "real_rerank", "real_estimate", "real_register")}
     run(dvc + ["repro"], path, env)
     ss2 = read_sample_stats(path / "out" / "sample_stats" / "tiny_lists.parquet")
     assert ss2.n_queries == 10 and ss2.n_positives == 10 and ss2.meta["backbone"] == "tiny_lists"
@@ -239,6 +271,8 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
                               (dict(images__layout="tree"), "layout must be one of ilias, folders"),
                               (dict(score__fraction=1.5), r"fraction must lie in \(0, 1\]"),
                               (dict(score__k=0), "score.k must be a whole number >= 1"),
+                              (dict(rerank__candidates=41), r"rerank.candidates must be a whole number in \[1, score.k=40\]"),
+                              (dict(rerank__detector=None), "rerank: give detector"),
                               (dict(backbone__pooling="max"), "pooling must be one of"),
                               (dict(queries__intervention="msa", backbone__pooling="mean"), "msa .* with pooling cls"),
                               (dict(backbone__model="mobilenet_v2_imagenet"), "is a builtin name: give a checkpoint"),
@@ -251,6 +285,9 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
     rc = main(["extract-backbone", "b", "--part", "gallery", "--config", str(cfg), "-o", str(out)])
     assert rc == 2 and not out.exists()               # data/ilias is missing: refused, nothing written
     assert main(["extract-backbone", "b", "--part", "all", "--config", str(cfg), "-o", str(out)]) == 2
+    # reranking before the entry was scored: one line naming the missing sample stats, nothing written
+    rc = main(["rerank-backbone", "b", "--config", str(cfg), "-o", str(tmp_path / "rr.parquet")])
+    assert rc == 2 and not (tmp_path / "rr.parquet").exists()
 
 
 def test_scored_backbone_names_the_query_intervention():

@@ -4,7 +4,7 @@ An entry names a local checkpoint, its preprocessing, the images (an ILIAS tree 
 folders or lists with a qrels file, and a distractor folder or list), the query-side intervention
 and the scoring settings, in four sub-mappings, so each DVC stage reads only the ones it needs
 (dvc.yaml: ``real_gallery`` and ``real_queries`` run ``rscale extract-backbone``, then
-``real_score`` / ``real_estimate`` / ``real_register``)::
+``real_score`` / ``real_rerank`` / ``real_estimate`` / ``real_register``)::
 
     real_backbones:
       my_vit:                                  # the registered name (+ "-gp" / "-msa" under an intervention)
@@ -12,13 +12,18 @@ and the scoring settings, in four sub-mappings, so each DVC stage reads only the
         images: {layout: ilias, root: data/ilias, distractors: data/distractors}
         queries: {intervention: none, crop: false}
         score: {fraction: 0.05, k: 1000, seed: 0}
+        rerank: {detector: ckpt/owlv2, candidates: 63}   # top 63 = K' 1000 x 0.05 x 1.25 reranked
 
 ``layout: folders``: ``root`` holds ``queries`` and ``positives`` (each an image folder or a
 ``.txt`` list of image paths) and ``qrels.csv`` or ``qrels.parquet`` (query_id, positive_id; ids
 are the image paths relative to their folder, without suffix, or as written in the list).
 Paths are relative to the params file's folder. The gallery (positives, distractors, qrels) and
 the queries are written by separate stages, so an intervention ablation re-extracts only the
-queries. The converted ImageNet MobileNetV2 is a checkpoint folder like any other
+queries. ``rerank``: the OWLv2 checkpoint folder, ``candidates`` R (each query's top R sampled
+distractors the scoring keeps by id and the reranker rescores, with the positives), the region
+cache (default ``out/region_cache/<name>``) and the reranker's settings (``rscale.api.rerank``'s
+keys); ``real_rerank`` writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2).
+The converted ImageNet MobileNetV2 is a checkpoint folder like any other
 (``examples/real_backbone_inputs.py`` writes it and a small photo set; the README's example).
 """
 
@@ -36,8 +41,11 @@ INTERVENTIONS = ("none", "gp", "msa")
 _GROUPS = {"backbone": ("model", "pooling", "preprocessing", "resolution", "batch_size"),
            "images": ("layout", "root", "distractors"),
            "queries": ("intervention", "crop"),
-           "score": ("fraction", "k", "seed")}
-_REQUIRED = {"backbone": ("model",), "images": ("root", "distractors"), "queries": (), "score": ("fraction", "k", "seed")}
+           "score": ("fraction", "k", "seed"),
+           "rerank": ("detector", "candidates", "cache", "first_stage_weight", "max_boxes", "nms_iou",
+                      "min_objectness", "min_side", "resolution", "batch_size", "shard_size")}
+_REQUIRED = {"backbone": ("model",), "images": ("root", "distractors"), "queries": (), "score": ("fraction", "k", "seed"),
+             "rerank": ("detector", "candidates")}
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class RealBackbone:
     fraction: float
     k: int
     seed: int
+    rerank: dict            # the rerank sub-mapping as written (rerank_real_backbone checks it)
 
     @property
     def registered_name(self) -> str:
@@ -104,6 +113,7 @@ def load_real_backbone(config, name: str) -> RealBackbone:
             raise FormatError(f"{_where(name)}.{group}: give {', '.join(missing)}", path=str(config))
         groups[group] = value
     b, im, q, s = groups["backbone"], groups["images"], groups["queries"], groups["score"]
+    rr = groups["rerank"]
     base = Path(config).parent
 
     def path(value) -> Path:
@@ -156,7 +166,18 @@ def load_real_backbone(config, name: str) -> RealBackbone:
     return RealBackbone(name, model, pooling, preprocessing, resolution,
                         whole("backbone", "batch_size", b.get("batch_size", 32), 1), layout, path(im["root"]),
                         path(im["distractors"]), intervention, crop, float(fraction), whole("score", "k", s["k"], 1),
-                        whole("score", "seed", s["seed"], 0))
+                        whole("score", "seed", s["seed"], 0), _rerank_group(name, rr, s["k"], config, path))
+
+
+def _rerank_group(name: str, rr: dict, k: int, config, path) -> dict:
+    """The entry's rerank sub-mapping: candidates R in [1, score.k], paths resolved (the cache
+    defaults to out/region_cache/<name> next to the params file)."""
+    r = rr["candidates"]
+    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= k:
+        raise FormatError(f"{_where(name)}.rerank.candidates must be a whole number in [1, score.k={k}] (the top "
+                          f"sampled distractors reranked per query; about K' x fraction, with a margin), got {r!r}",
+                          path=str(config))
+    return {**rr, "detector": path(rr["detector"]), "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
 
 
 def _sides(entry: RealBackbone):
@@ -228,3 +249,35 @@ def extract_real_backbone(config, name: str, *, part: str, out, progress: bool =
     pq.write_table(pa.table({"query_id": [a for a, _ in qrels], "positive_id": [b for _, b in qrels]}),
                    out / "qrels.parquet")
     return {"positives": ps.count, "distractors": ds.count, "qrels": len(qrels), "written": str(out)}
+
+
+def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> dict:
+    """Rerank one ``real_backbones`` entry's scored sample (``out/sample_stats/<name>.parquet`` and
+    its ``.candidates.parquet``, from the stage real_score) into ``out``: sample stats schema 2 with
+    the rerank scores of each query's top candidates and of its positives (the stage real_rerank)."""
+    from dataclasses import fields
+
+    from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
+    from rscale.producers.extract import image_items
+    from rscale.producers.rerank import ProposalParams
+    from rscale.producers.rerank_sample import rerank_sample
+
+    proposal_keys = tuple(f.name for f in fields(ProposalParams))
+
+    entry = load_real_backbone(config, name)
+    rr = entry.rerank
+    base = Path(config).parent
+    sample = base / "out" / "sample_stats" / f"{name}.parquet"
+    queries = base / "out" / "real" / name / "queries"
+    for what, p in (("sample stats", sample), ("query set", queries)):
+        if not p.exists():
+            raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
+                              hint="run the stages before real_rerank (dvc repro real_rerank@" + name + ")")
+    s = api.rerank_settings(**{k: rr.get(k) for k in proposal_keys + ("first_stage_weight", "batch_size", "shard_size")})
+    _, positives, _ = _sides(entry)
+    return rerank_sample(sample, queries, [(i, p) for i, p, *_ in image_items(entry.distractors)],
+                         [(i, p) for i, p, *_ in positives], rr["detector"], entry.model, rr["cache"], out,
+                         first_stage_weight=float(s["first_stage_weight"]),
+                         params=ProposalParams(**{k: s[k] for k in proposal_keys}), pooling=entry.pooling,
+                         resolution=entry.resolution, batch_size=s["batch_size"], shard_size=s["shard_size"],
+                         progress=progress)

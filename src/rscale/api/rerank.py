@@ -3,6 +3,8 @@
 - :func:`rerank`: each query's top K' first-stage candidates rescored by max region cosine
   (:mod:`rscale.producers.rerank`), written as an artifact folder (reranked lists, per-query
   metrics, a manifest with input digests, the MLflow run in a sidecar). docs/rerank.md.
+- :func:`rerank_sample`: a distractor sample's top candidates (``rscale score --candidates``) and
+  the positives rescored the same way, into sample stats schema 2 (:mod:`rscale.producers.rerank_sample`).
 - :func:`predict_reranked`: the reranked metric at gallery size N from a distractor sample
   whose top candidates were reranked too (:mod:`rscale.core.rerank_law`). docs/rerank.md.
 """
@@ -73,6 +75,36 @@ def rerank(queries, candidates, *, gallery, detector, backbone, cache, out, qrel
                            first_stage_weight=float(s["first_stage_weight"]), params=params,
                            batch_size=s["batch_size"], shard_size=s["shard_size"], device=device,
                            progress=progress, lineage=lineage)
+
+
+def rerank_sample(sample_stats, *, queries, distractors, positives, detector, backbone, cache, out, candidates=None,
+                  config=None, first_stage_weight: float | None = None, max_boxes: int | None = None,
+                  device: str | None = None, progress: bool = True, lineage: bool = True) -> dict:
+    """Sample stats (``rscale score --candidates R``) -> sample stats schema 2 (``out``) with the
+    rerank scores of each query's top R sampled candidates and of its positives, the input of
+    :func:`predict_reranked`. ``candidates``: the lists (default ``<stem>.candidates.parquet``
+    next to ``sample_stats``); ``distractors`` / ``positives``: the image folders (or list files)
+    the first stage extracted; detector, backbone, cache and settings as :func:`rerank` (its
+    ``k`` does not apply: every listed candidate is reranked)."""
+    from rscale.producers import rerank as producer
+    from rscale.producers.extract import image_items
+    from rscale.producers.rerank_sample import rerank_sample as run
+
+    s = rerank_settings(config, first_stage_weight=first_stage_weight, max_boxes=max_boxes)
+    for name, value in (("sample stats", sample_stats), ("queries", queries), ("distractors", distractors),
+                        ("positives", positives), ("detector", detector), ("backbone", backbone)):
+        if not Path(value).exists():
+            raise InvalidArgumentError(f"{name} {value} does not exist")
+    out, cache = Path(out), Path(cache)
+    if out.is_dir():
+        raise InvalidArgumentError(f"--out {out} is a folder; name the sample-stats file to write")
+    if cache.exists() and not cache.is_dir():
+        raise InvalidArgumentError(f"--cache {cache} is a file; name the region cache folder")
+    items = [[(i, p) for i, p, *_ in image_items(src)] for src in (distractors, positives)]
+    params = producer.ProposalParams(**{key: s[key] for key in PROPOSAL_KEYS})
+    return run(sample_stats, queries, items[0], items[1], detector, backbone, cache, out, candidates=candidates,
+               first_stage_weight=float(s["first_stage_weight"]), params=params, batch_size=s["batch_size"],
+               shard_size=s["shard_size"], device=device, progress=progress, lineage=lineage)
 
 
 def reranked_hardness(ss, est, *, tail: bool = True):

@@ -39,7 +39,7 @@ def scored_backbone(queries_manifest: dict, distractors_manifest: dict) -> str:
 def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True, engine: str = "local", address: str | None = None, num_cpus: int | None = None,
-          progress: bool = False) -> dict:
+          progress: bool = False, candidates: int = 0) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
 
     ``fraction`` 1.0 scores the whole pool (the exact full-gallery evaluation); below 1 it scores
@@ -51,6 +51,12 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     sample stats, byte for byte. The Ray engine keeps finished shards' partials in
     ``<out>.partials/`` until the sample stats are written, so a rerun after a crash scores only
     the missing shards.
+
+    ``candidates`` R (0 = off, the default): also keep each query's R best sampled distractors by
+    id and write them next to the sample stats, ``<stem>.candidates.parquet``
+    (:mod:`rscale.store.candidate_lists`), the lists ``rscale rerank-sample`` reranks. R <= k;
+    to rerank the top K' of a gallery of N from a sample of S, R >= K' S / N with a margin
+    (:func:`rscale.score.candidates.candidate_count`).
     """
     import json
     import math
@@ -68,6 +74,9 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     for name, value in (("k", k), ("chunk", chunk)):
         if value < 1:
             raise InvalidArgumentError(f"{name} must be a whole number >= 1, got {value}")
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or not 0 <= candidates <= k:
+        raise InvalidArgumentError(f"candidates must be a whole number in [0, k={k}] (the top sampled distractors "
+                                   f"kept by id for reranking; 0 = none), got {candidates!r}")
     from rscale.distributed.runtime import check_engine
     check_engine(engine, address)
     qs, ps, ds = DescriptorSet.open(queries_dir), DescriptorSet.open(positives_dir), DescriptorSet.open(distractors_dir)
@@ -107,7 +116,8 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
               "positives": digest_file(Path(positives_dir) / "manifest.json"),
               "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
               "qrels": digest_file(qrels)}
-    params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk}
+    params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk,
+              **({"candidates": candidates} if candidates else {})}
     # the benchmark is what the queries (and their positives) were drawn from: their sets record it
     benchmark = qs.manifest.get("benchmark") or ps.manifest.get("benchmark")
     meta = {**({"benchmark": str(benchmark)} if benchmark else {}), **(meta or {}),
@@ -123,10 +133,10 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     extra = {}
     if engine == "local":
         from rscale.score.engine import merge_shard_partials
-        from rscale.score.shard import score_shard
+        from rscale.score.shard import score_shard, shard_offsets
         partials = [score_shard(queries, i, v, k=k, backend=backend, chunk=chunk, fraction=fraction, seed=seed,
-                                where=str(ds.root / s["vectors"]))
-                    for (i, v), s in zip(ds.shards(), ds.manifest["shards"])]
+                                where=str(ds.root / s["vectors"]), candidates=candidates, offset=o)
+                    for (i, v), s, o in zip(ds.shards(), ds.manifest["shards"], shard_offsets(ds.manifest))]
         merged, report = merge_shard_partials(partials)
     else:
         from rscale.distributed.runtime import ray_session
@@ -142,7 +152,8 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
             with ray_session(address, num_cpus) as ray:
                 merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
                                                        fraction=fraction, seed=seed, common=common,
-                                                       checkpoint=checkpoint, progress=progress)
+                                                       checkpoint=checkpoint, progress=progress,
+                                                       candidates=candidates)
         except RscaleError:
             # refused input (a damaged shard): a refused command leaves nothing behind; a crash
             # (anything else) keeps the finished partials for the rerun
@@ -150,9 +161,17 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
                 remove_partials(checkpoint)
             raise
         extra = {"engine": "ray", "shards": len(ds.manifest["shards"]), "resumed_shards": resumed}
+    if candidates:
+        meta["candidates"] = str(candidates)
     ss = to_sample_stats(queries, merged, meta)
     secs = time.perf_counter() - t
     with producer_run("score", params, inputs, enabled=lineage) as run:
+        if candidates:
+            from rscale.store.candidate_lists import candidates_path, write_candidates
+            lists = candidates_path(out)
+            write_candidates(lists, queries.ids, ds.ids().astype(str)[merged.cand.positions], merged.cand.scores,
+                             sample_stats=Path(out).name)
+            run.output("candidates", digest_file(lists))
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
         from rscale.store.run_sidecar import write_run_sidecar
@@ -161,6 +180,8 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
         run.metric("sampled", float(ss.n_sampled.max()))
     if engine == "ray":
         remove_partials(checkpoint)
+    if candidates:
+        extra["candidates"] = str(candidates_path(out))
     return {**extra, "written": str(out), "queries": ss.n_queries, "positives": ss.n_positives,
             "S": int(ss.n_sampled.max()), "K": ss.k, "seconds": round(secs, 2), "backend": backend,
             "drift": None if report is None else report.message(),

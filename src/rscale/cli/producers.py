@@ -84,6 +84,9 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
           fraction: float = typer.Option(1.0, help="Share of the pool to score (hash-sampled, nested); 1 = exact."),
           seed: int = typer.Option(0, help="Sampling seed."),
           k: int = typer.Option(4000, help="Top scores kept per query."),
+          candidates: int = typer.Option(0, help="Also keep each query's top R sampled distractors by id, written "
+                                         "next to the output as <stem>.candidates.parquet (for rerank-sample; "
+                                         "0 = none, R <= --k)."),
           backend: str = typer.Option("auto", help="numpy (BLAS), faiss, torch (a CUDA GPU when present) or auto "
                                                    "(torch on a GPU for large jobs, else numpy)."),
           engine: str = typer.Option("local", help=ENGINE_HELP),
@@ -95,7 +98,7 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
     output_file(out)
     summary = api.score(queries_dir=queries, positives_dir=positives, qrels=qrels, distractors_dir=distractors,
                         out=out, fraction=fraction, seed=seed, k=k, backend=backend, engine=engine, address=address,
-                        progress=True)
+                        progress=True, candidates=candidates)
     output.print_mapping(summary, fmt)
     if summary.get("drifting"):
         output.warn(summary["drift"])

@@ -43,6 +43,51 @@ def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor
     output.print_mapping(summary, fmt)
 
 
+def rerank_sample(
+        sample_stats: Path = typer.Argument(..., help="First-stage sample stats scored with --candidates R."),
+        queries: Path = typer.Option(..., "--queries", help="Query descriptor set (the first stage's queries)."),
+        distractors: Path = typer.Option(..., "--distractors", help="Distractor images (folder or list file) the "
+                                         "candidate ids name."),
+        positives: Path = typer.Option(..., "--positives", help="Positive images (folder, e.g. an ILIAS root, or "
+                                       "list file) the sample stats' positive ids name."),
+        detector: Path = typer.Option(..., "--detector", help="Local OWLv2 checkpoint folder."),
+        backbone: Path = typer.Option(..., "--backbone", help="Local checkpoint folder of the first stage's backbone."),
+        cache: Path = typer.Option(..., "--cache", help="Region cache folder (created if absent, reused)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Sample stats to write (schema version 2)."),
+        candidates: Optional[Path] = typer.Option(None, "--candidates", help="Candidate lists (default: "
+                                                  "<stem>.candidates.parquet next to the sample stats)."),
+        first_stage_weight: Optional[float] = typer.Option(None, help="w in (1-w) region + w first-stage score."),
+        max_boxes: Optional[int] = typer.Option(None, help="Boxes kept per image after NMS (default 10)."),
+        config: Optional[Path] = typer.Option(None, "--config", help="params.yaml-style file: its rerank: section."),
+        device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when present)."),
+        fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Rerank a sample's top candidates and its positives: sample stats with rerank scores (schema 2)."""
+    from rscale import api
+    from rscale.cli.options import output_file
+
+    output_file(out)
+    output_folder(cache, "--cache")
+    summary = api.rerank_sample(sample_stats, queries=queries, distractors=distractors, positives=positives,
+                                detector=detector, backbone=backbone, cache=cache, out=out, candidates=candidates,
+                                config=config, first_stage_weight=first_stage_weight, max_boxes=max_boxes,
+                                device=device, progress=fmt != output.JSON)
+    output.print_mapping(summary, fmt)
+
+
+def rerank_backbone(name: str = typer.Argument(..., help="The entry's name under real_backbones: in params.yaml."),
+                    out: Path = typer.Option(..., "--out", "-o", help="Sample stats to write (schema version 2)."),
+                    config: Path = typer.Option(Path("params.yaml"), "--config", help="params.yaml with the entry."),
+                    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+                    fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Rerank a params.yaml `real_backbones` entry's scored sample (the DVC stage real_rerank)."""
+    from rscale.api.real_backbones import rerank_real_backbone
+    from rscale.cli.options import output_file
+
+    output_file(out)
+    summary = rerank_real_backbone(config, name, out=out, progress=progress)
+    output.print_mapping(summary, fmt)
+
+
 def predict_rerank(
         sample_stats: Path = typer.Argument(..., help="Sample stats with rerank scores (schema version 2)."),
         metric: Optional[list[str]] = typer.Option(None, "--metric", help="Measure(s) with a cut-off <= K': "
@@ -68,4 +113,5 @@ def predict_rerank(
                                   "mode"])
 
 
-COMMANDS = {"rerank": rerank, "predict-rerank": predict_rerank}
+COMMANDS = {"rerank": rerank, "rerank-sample": rerank_sample, "rerank-backbone": rerank_backbone,
+            "predict-rerank": predict_rerank}

@@ -25,7 +25,8 @@ import numpy as np
 
 from rscale.errors import RscaleError
 from rscale.score.engine import Partial, Queries
-from rscale.score.shard import score_shard, shard_key
+from rscale.score.candidates import TopCandidates
+from rscale.score.shard import score_shard, shard_key, shard_offsets
 from rscale.store.descriptor_set import DescriptorSet
 
 FAULT_ENV = "RSCALE_RAY_FAULT"
@@ -44,7 +45,7 @@ def _fault_for(index: int):
 
 
 def shard_partial(queries: Queries, root: str, index: int, *, k: int, backend: str, chunk: int,
-                  fraction: float, seed: int, threads: int, fault=None):
+                  fraction: float, seed: int, threads: int, fault=None, candidates: int = 0):
     """Body of one task: verify shard ``index`` of the set at ``root`` and score its sample."""
     from rscale.errors import FormatError
 
@@ -62,12 +63,13 @@ def shard_partial(queries: Queries, root: str, index: int, *, k: int, backend: s
                           hint="the set changed after it was written; re-extract it (finished shards are kept)")
     ids, vectors = ds.shard(index)
     return score_shard(queries, ids, vectors, k=k, backend=backend, chunk=chunk, fraction=fraction, seed=seed,
-                       where=str(ds.root / ds.manifest["shards"][index]["vectors"]), threads=threads)
+                       where=str(ds.root / ds.manifest["shards"][index]["vectors"]), threads=threads,
+                       candidates=candidates, offset=shard_offsets(ds.manifest)[index])
 
 
 def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, backend: str, chunk: int,
                  fraction: float, seed: int, common: str, checkpoint=None, cpus_per_task: int = 1,
-                 max_retries: int = 3, progress: bool = False):
+                 max_retries: int = 3, progress: bool = False, candidates: int = 0):
     """Score every shard of ``distractors`` in a Ray task -> (merged partial, DriftReport or None,
     number of shards taken from the checkpoint).
 
@@ -82,19 +84,19 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
     from rscale.store.partial_file import load_partial, save_partial
 
     def stored(i):
-        arrays = None if checkpoint is None else load_partial(checkpoint, keys[i], q, p, k)
+        arrays = None if checkpoint is None else load_partial(checkpoint, keys[i], q, p, k, candidates)
         if arrays is None:
             return None
-        top, n, counts = arrays
+        top, n, counts, cand = arrays
         return Partial(top, top.min(axis=1), np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
-                       n, counts)
+                       n, counts, None if cand is None else TopCandidates(*cand))
 
     resumed = {i for i in range(len(shards)) if stored(i) is not None}
     task = ray.remote(shard_partial).options(max_retries=max_retries, retry_exceptions=[OSError],
                                               num_cpus=cpus_per_task)
     qref = ray.put(queries)
     pending = {task.remote(qref, str(distractors.root), i, k=k, backend=backend, chunk=chunk, fraction=fraction,
-                           seed=seed, threads=cpus_per_task, fault=_fault_for(i)): i
+                           seed=seed, threads=cpus_per_task, fault=_fault_for(i), candidates=candidates): i
                for i in range(len(shards)) if i not in resumed}
     refs, first_error = {}, None
     from rich.console import Console
@@ -111,7 +113,8 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
                     first_error = first_error or exc
                     continue
                 if checkpoint is not None:
-                    save_partial(checkpoint, keys[i], part.top, part.n, part.counts)   # then the object can go
+                    save_partial(checkpoint, keys[i], part.top, part.n, part.counts,   # then the object can go
+                                 None if part.cand is None else (part.cand.scores, part.cand.positions))
                 else:
                     refs[i] = ref
                 bar.advance(job)

@@ -34,12 +34,12 @@ import numpy as np
 from rscale.core import rerank as core_rerank
 from rscale.errors import FormatError, InvalidArgumentError
 from rscale.producers.extract import _torch
+from rscale.store.candidate_lists import read_candidates
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 OUTPUT_FORMAT = "rscale-rerank"
 OUTPUT_VERSION = 1
-CANDIDATE_COLUMNS = ("query_id", "gallery_id", "score", "rank")
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,7 @@ def encode_regions(det: Detector, bb, images, *, pooling: str, params: ProposalP
 def region_identity(det: Detector, bb, backbone_digest: str, pooling: str, params: ProposalParams) -> dict:
     return {"detector_sha256": det.digest, "detector_resolution": det.resolution, "backbone_sha256": backbone_digest,
             "backbone_model_type": bb.model_type, "pooling": pooling, "resolution": bb.resolution,
+            "preprocessing": bb.preprocessing,
             "proposals": {k: v for k, v in asdict(params).items() if k != "resolution"}}
 
 
@@ -256,39 +257,6 @@ def gallery_items(gallery) -> list[tuple[str, Path]]:
     return [(str(k), Path(v)) for k, v, *_ in gallery]
 
 
-def read_candidates(path, k: int):
-    """First-stage candidate lists -> (query ids, (Q, k) gallery ids, scores, ranks), best first."""
-    import pyarrow.parquet as pq
-    path = Path(path)
-    try:
-        t = pq.read_table(path)
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"cannot read candidate lists ({exc})", path=str(path)) from None
-    for c in CANDIDATE_COLUMNS:
-        if c not in t.column_names:
-            raise FormatError(f"missing column (expected {', '.join(CANDIDATE_COLUMNS)})", path=str(path), column=c)
-    if k < 1:
-        raise InvalidArgumentError(f"K' must be >= 1, got {k}")
-    qid = np.asarray(t.column("query_id").to_pylist(), dtype=object).astype(str)
-    gid = np.asarray(t.column("gallery_id").to_pylist(), dtype=object).astype(str)
-    score = t.column("score").to_numpy().astype(np.float64)
-    rank = t.column("rank").to_numpy().astype(np.int64)
-    order = np.lexsort((rank, qid))
-    qid, gid, score, rank = qid[order], gid[order], score[order], rank[order]
-    queries, starts, counts = np.unique(qid, return_index=True, return_counts=True)
-    if counts.min() < k:
-        short = int(np.argmin(counts))
-        raise InvalidArgumentError(f"K'={k} is larger than the first-stage list of query {str(queries[short])!r} "
-                                   f"({counts[short]} candidates in {path}); pass k <= {int(counts.min())}")
-    take = (starts[:, None] + np.arange(k)[None, :])
-    ids = gid[take]
-    dup = np.flatnonzero((np.sort(ids, axis=1)[:, 1:] == np.sort(ids, axis=1)[:, :-1]).any(axis=1))
-    if dup.size:
-        raise FormatError(f"query {str(queries[dup[0]])!r} lists a gallery id twice in its top {k}",
-                          path=str(path), column="gallery_id", hint="one row per (query_id, gallery_id)")
-    return queries, ids, score[take], rank[take]
-
-
 def _read_qrels(path):
     import pyarrow.parquet as pq
     t = pq.read_table(path)
@@ -333,6 +301,72 @@ def _write_parquet(table, path):
     pq.write_table(table, path)
 
 
+@dataclass
+class RegionScorer:
+    """The detector, the backbone and the region cache of one rerank run, checked against the
+    first stage's query set: what both the list reranker (:func:`rerank`) and the sample-stats
+    reranker (:mod:`rscale.producers.rerank_sample`) score with."""
+    det: Detector
+    bb: object
+    cache: object
+    pooling: str
+    backbone_digest: str
+    params: ProposalParams
+    cache_dir: Path
+    fresh_cache: bool
+
+    @classmethod
+    def open(cls, qset, detector_dir, backbone_dir, cache_dir, *, params: ProposalParams = ProposalParams(),
+             pooling: str | None = None, resolution: int | None = None, device: str | None = None) -> "RegionScorer":
+        """Load both models (local folders only) and open the cache; refuse a query set extracted by
+        other backbone weights or of another dimension. Pooling, resolution and preprocessing are the
+        query set's (the first stage's settings); ``pooling`` / ``resolution`` override them."""
+        from rscale.producers import extract as ex
+        from rscale.producers.lineage import weights_digest
+        from rscale.producers.rerank_cache import RegionCache
+        meta = qset.manifest
+        # the first stage's preprocessing: its image processor sets the input size itself
+        preprocessing = meta.get("preprocessing", "auto")
+        if resolution is None and preprocessing != "processor":
+            resolution = meta.get("resolution")
+        with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
+            det = load_detector(detector_dir, params.resolution, device)
+            bb = ex.load_backbone(backbone_dir, resolution, device, preprocessing=preprocessing, inference=True)
+        pooling = pooling or meta.get("pooling", "cls")
+        backbone_digest = weights_digest(backbone_dir)
+        if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
+            raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
+                                       f"{meta['weights_sha256'][:19]}, not {backbone_dir} ({backbone_digest[:19]}); "
+                                       f"regions must come from the first stage's backbone")
+        if qset.dim != int(np.asarray(ex.embed(bb, ex.to_pixels(bb, [_blank()]), pooling)).shape[1]):
+            raise InvalidArgumentError(f"query descriptors have dimension {qset.dim}, the backbone gives another")
+        fresh = not Path(cache_dir).exists()
+        cache = RegionCache.open(cache_dir, region_identity(det, bb, backbone_digest, pooling, params))
+        return cls(det, bb, cache, pooling, backbone_digest, params, Path(cache_dir), fresh)
+
+    def regions(self, items, *, batch_size: int = 16, shard_size: int = 1024, progress: bool = True):
+        """(Regions of the (id, path) ``items`` in order, images computed now): only images no
+        cache shard holds are computed; a fresh cache refused before its first shard is removed."""
+        try:
+            sha, computed = region_features(items, self.det, self.bb, self.cache, pooling=self.pooling,
+                                            params=self.params, batch_size=batch_size, shard_size=shard_size,
+                                            progress=progress)
+        except BaseException:
+            if self.fresh_cache and not self.cache.shard_paths():   # refused before any shard: leave nothing behind
+                shutil.rmtree(self.cache_dir, ignore_errors=True)
+            raise
+        return self.cache.regions_of(sha), computed
+
+    def max_region_scores(self, qvec, cand_index, regions, *, block: int = 8) -> np.ndarray:
+        """(Q, K) max cosine of each query over the regions of its candidates (indices into ``regions``):
+        float32 numpy GEMMs on CPU, bf16 torch on CUDA."""
+        if self.bb.device.startswith("cuda"):
+            return max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
+                                           device=self.bb.device, dtype=self.bb.dtype, block=max(block, 64))
+        return core_rerank.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32), regions.offsets,
+                                             block=block)
+
+
 def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, out_dir, *, k: int = 1000,
            qrels=None, first_stage_weight: float = 0.0, pooling: str | None = None, resolution: int | None = None,
            params: ProposalParams = ProposalParams(), batch_size: int = 16, shard_size: int = 1024, block: int = 8,
@@ -348,10 +382,8 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     """
     import pyarrow as pa
 
-    from rscale.producers import extract as ex
-    from rscale.producers.lineage import digest_file, producer_run, weights_digest
+    from rscale.producers.lineage import digest_file, producer_run
     from rscale.store.run_sidecar import write_run_sidecar
-    from rscale.producers.rerank_cache import RegionCache
     from rscale.store.descriptor_set import DescriptorSet
 
     core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
@@ -373,40 +405,16 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                           hint="pass the gallery folder or mapping the first stage scored")
     qrel_pairs = _read_qrels(qrels) if qrels is not None else None
 
-    with ex.quiet_weight_loading(True):                     # no weight-loading bars: ours report the work
-        det = load_detector(detector_dir, params.resolution, device)
-        bb = ex.load_backbone(backbone_dir, resolution or qset.manifest.get("resolution"), device, inference=True)
-    meta = qset.manifest
-    pooling = pooling or meta.get("pooling", "cls")
-    backbone_digest = weights_digest(backbone_dir)
-    if meta.get("weights_sha256") and meta["weights_sha256"] != backbone_digest:
-        raise InvalidArgumentError(f"the query set {qset.root} was extracted with backbone weights "
-                                   f"{meta['weights_sha256'][:19]}, not {backbone_dir} ({backbone_digest[:19]}); "
-                                   f"regions must come from the first stage's backbone")
-    if qset.dim != int(np.asarray(ex.embed(bb, ex.to_pixels(bb, [_blank()]), pooling)).shape[1]):
-        raise InvalidArgumentError(f"query descriptors have dimension {qset.dim}, the backbone gives another")
-    fresh_cache = not Path(cache_dir).exists()
-    cache = RegionCache.open(cache_dir, region_identity(det, bb, backbone_digest, pooling, params))
-
+    scorer = RegionScorer.open(qset, detector_dir, backbone_dir, cache_dir, params=params, pooling=pooling,
+                               resolution=resolution, device=device)
+    det, bb, cache, pooling, backbone_digest = scorer.det, scorer.bb, scorer.cache, scorer.pooling, scorer.backbone_digest
     used = sorted(set(flat.tolist()), key=gpos.get)                # candidate images only
-    used_items = [items[gpos[g]] for g in used]
-    try:
-        sha, computed = region_features(used_items, det, bb, cache, pooling=pooling, params=params,
-                                        batch_size=batch_size, shard_size=shard_size, progress=progress)
-    except BaseException:
-        if fresh_cache and not cache.shard_paths():     # refused before any shard: leave nothing behind
-            shutil.rmtree(cache_dir, ignore_errors=True)
-        raise
-    regions = cache.regions_of(sha)
+    regions, computed = scorer.regions([items[gpos[g]] for g in used], batch_size=batch_size,
+                                       shard_size=shard_size, progress=progress)
     upos = {g: i for i, g in enumerate(used)}
     cand_index = np.vectorize(upos.get, otypes=[np.int64])(cand_ids)
     qvec = np.concatenate([np.asarray(v, np.float32) for _, v in qset.shards()])[[qpos[q] for q in qids]]
-    if bb.device.startswith("cuda"):
-        region_scores = max_region_scores_torch(qvec, cand_index, regions.vectors, regions.offsets,
-                                                device=bb.device, dtype=bb.dtype, block=max(block, 64))
-    else:
-        region_scores = core_rerank.max_region_scores(qvec, cand_index, regions.vectors.astype(np.float32),
-                                                      regions.offsets, block=block)
+    region_scores = scorer.max_region_scores(qvec, cand_index, regions, block=block)
     final = core_rerank.combined_scores(region_scores, cand_scores, first_stage_weight)
     order = core_rerank.rerank_order(final, cand_ranks)
     take = lambda a: np.take_along_axis(a, order, axis=1)   # noqa: E731

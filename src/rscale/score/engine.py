@@ -21,6 +21,10 @@ OpenBLAS workers spin for ~0.1 s after each call unless ``OPENBLAS_THREAD_TIMEOU
 that spin competes with the post-GEMM threads. The ``rscale`` command sets it to 4 before numpy
 loads; library users who score large pools should export it themselves.
 
+Optionally (``candidates=R``, off by default) the engine also keeps each query's R best sampled
+distractors by identity, the candidates a reranker rescores (:mod:`rscale.score.candidates`);
+they merge with the partials, exactly and in any order.
+
 Tie rule: a distractor whose float32 score equals a positive's float32 score counts as above it.
 Positive scores are computed by the same float32 GEMM routine as distractor scores.
 """
@@ -36,6 +40,7 @@ import numpy as np
 
 from rscale.core.sample_stats import SampleStats, validate
 from rscale.errors import InvalidArgumentError
+from rscale.score.candidates import TopCandidates
 
 BUFFER = 2048  # candidates buffered per query before they are merged into its top-K
 
@@ -56,6 +61,7 @@ class Partial:
     fill: np.ndarray         # (Q,) int64 used slots of buf
     n: np.ndarray            # (Q,) int64 distractors seen
     counts: np.ndarray       # (P,) int64 distractors at or above each positive
+    cand: TopCandidates | None = None   # each query's R best by identity (rscale.score.candidates), if asked
 
     def flush(self, rows=None) -> "Partial":
         """Merge the buffered candidates of ``rows`` (default: all) into their top-K."""
@@ -79,8 +85,9 @@ class Partial:
         k = self.top.shape[1]
         both = np.concatenate([self.top, other.top], axis=1)
         top = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
+        cand = None if self.cand is None else self.cand.merge(other.cand)
         return Partial(top, top.min(axis=1), np.full_like(self.buf, -np.inf), np.zeros_like(self.fill),
-                       self.n + other.n, self.counts + other.counts)
+                       self.n + other.n, self.counts + other.counts, cand)
 
     def sorted_top(self) -> np.ndarray:
         self.flush()
@@ -93,7 +100,7 @@ class Partial:
         self.flush()
         q = self.top.shape[0]
         return Partial(self.top, self.kth, np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
-                       self.n, self.counts)
+                       self.n, self.counts, self.cand)
 
 
 @dataclass(frozen=True)
@@ -169,16 +176,24 @@ def _gemm(q: np.ndarray, d: np.ndarray, backend: str) -> np.ndarray:
     return q @ d.T
 
 
-def empty_partial(queries: Queries, k: int) -> Partial:
+def empty_partial(queries: Queries, k: int, candidates: int = 0) -> Partial:
+    """A partial of no distractors; ``candidates`` R > 0 also keeps each query's R best by identity."""
     q = queries.vectors.shape[0]
+    if not 0 <= candidates <= k:
+        raise InvalidArgumentError(f"candidates must lie in [0, K={k}] (the top sampled distractors kept by id), "
+                                   f"got {candidates}")
     return Partial(np.full((q, k), -np.inf, dtype=np.float32), np.full(q, -np.inf, dtype=np.float32),
                    np.full((q, BUFFER), -np.inf, dtype=np.float32), np.zeros(q, dtype=np.int64),
-                   np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64))
+                   np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64),
+                   TopCandidates.empty(q, candidates) if candidates else None)
 
 
 def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy",
-                threads: int | None = None) -> Partial:
+                threads: int | None = None, positions=None) -> Partial:
     """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place).
+
+    ``positions`` (C,): the chunk's rows in the distractor set, needed when ``state`` keeps
+    candidates by identity (default: the next rows after those seen, for a single stream).
 
     After the GEMM, every row's work (threshold filter, top-K buffer, positive counts) touches
     only that row's state and that row's positives, so row blocks are folded on ``threads``
@@ -190,13 +205,15 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
         raise InvalidArgumentError(f"distractor chunk has shape {chunk.shape}; expected (C, {queries.vectors.shape[1]})")
     if chunk.shape[0] == 0:
         return state
+    if state.cand is not None and positions is None:
+        positions = int(state.n[0]) + np.arange(chunk.shape[0], dtype=np.int64)
     s = _gemm(queries.vectors, chunk, backend)                     # (Q, C) float32
     state.n += chunk.shape[0]
     blocks = _row_blocks(queries.vectors.shape[0], threads)
     if len(blocks) == 1:
-        _fold(queries, s, state, 0, queries.vectors.shape[0])
+        _fold(queries, s, state, 0, queries.vectors.shape[0], positions)
     else:
-        for f in [_pool(len(blocks)).submit(_fold, queries, s, state, a, b) for a, b in blocks]:
+        for f in [_pool(len(blocks)).submit(_fold, queries, s, state, a, b, positions) for a, b in blocks]:
             f.result()
     return state
 
@@ -219,13 +236,15 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix="rscale-score")
 
 
-def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int) -> None:
+def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, positions=None) -> None:
     """Fold the score rows [a, b) into the matching rows of ``full`` (in place, through views)."""
     p0, p1 = int(queries.pos_offsets[a]), int(queries.pos_offsets[b])
     state = Partial(full.top[a:b], full.kth[a:b], full.buf[a:b], full.fill[a:b], full.n[a:b], full.counts[p0:p1])
     keys = queries.pos_keys[p0:p1] - 4.0 * a                      # row index relative to the block
     pos_min = queries.pos_min[a:b]
     s = s_all[a:b]
+    if full.cand is not None:
+        full.cand.rows(a, b).fold(s, positions)
     # early chunks (K-th best still low, many candidates per row, estimated on every 8th row):
     # one partition of the whole block is cheaper than collecting and buffering candidates
     if np.count_nonzero(s[::8] > state.kth[::8, None]) > s[::8].shape[0] * BUFFER // 2:

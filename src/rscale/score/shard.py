@@ -23,7 +23,7 @@ from rscale.store.descriptor_set import NORM_TOLERANCE, check_vectors
 
 
 def sampled_chunks(ids, vectors, *, fraction: float, seed: int, chunk: int, where: str):
-    """Float32 blocks of at most ``chunk`` rows of the shard's sampled rows, each checked."""
+    """(rows in the shard, float32 block) of at most ``chunk`` of the shard's sampled rows, each checked."""
     mask = None if fraction >= 1.0 else in_sample(ids, fraction, seed)
     for a in range(0, len(ids), chunk):
         rows = None if mask is None else np.flatnonzero(mask[a:a + chunk])
@@ -39,17 +39,25 @@ def sampled_chunks(ids, vectors, *, fraction: float, seed: int, chunk: int, wher
                 i = exc.row or 0
                 raise FormatError(exc.problem, path=where, row=a + int(i if rows is None else rows[i]),
                                   hint=exc.hint) from None
-        yield block
+        yield (np.arange(a, a + len(block), dtype=np.int64) if rows is None else a + rows.astype(np.int64)), block
 
 
 def score_shard(queries: Queries, ids, vectors, *, k: int, backend: str = "numpy", chunk: int = 16384,
-                fraction: float = 1.0, seed: int = 0, where: str = "", threads: int | None = None) -> Partial:
+                fraction: float = 1.0, seed: int = 0, where: str = "", threads: int | None = None,
+                candidates: int = 0, offset: int = 0) -> Partial:
     """The partial of one shard's sampled rows, flushed and without its candidate buffer (compact:
-    what travels between processes is the top-K, the sizes and the counts)."""
-    state = empty_partial(queries, k)
-    for block in sampled_chunks(ids, vectors, fraction=fraction, seed=seed, chunk=chunk, where=where):
-        score_chunk(queries, block, state, backend, threads=threads)
+    what travels between processes is the top-K, the sizes and the counts; with ``candidates`` R,
+    also each query's R best by position in the set: ``offset`` + row in the shard)."""
+    state = empty_partial(queries, k, candidates)
+    for rows, block in sampled_chunks(ids, vectors, fraction=fraction, seed=seed, chunk=chunk, where=where):
+        score_chunk(queries, block, state, backend, threads=threads, positions=offset + rows)
     return state.compact()
+
+
+def shard_offsets(manifest: dict) -> list[int]:
+    """Position in the descriptor set of each shard's first row (the shards' counts, summed)."""
+    counts = [int(s["count"]) for s in manifest["shards"]]
+    return [int(v) for v in np.concatenate([[0], np.cumsum(counts)[:-1]])] if counts else []
 
 
 def shard_key(common: str, shard: dict) -> str:

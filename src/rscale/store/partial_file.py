@@ -23,13 +23,16 @@ def _name(key: str) -> str:
     return key.split(":")[-1] + ".npz"
 
 
-def save_partial(folder, key: str, top: np.ndarray, n: np.ndarray, counts: np.ndarray) -> None:
+def save_partial(folder, key: str, top: np.ndarray, n: np.ndarray, counts: np.ndarray, candidates=None) -> None:
+    """``candidates``: None, or (scores (Q, R) float32, positions (Q, R) int64) kept by identity."""
+    extra = {} if candidates is None else {"cand_scores": candidates[0], "cand_positions": candidates[1]}
     with atomic_path(Path(folder) / _name(key)) as tmp, open(tmp, "wb") as f:
-        np.savez(f, top=top, n=n, counts=counts, key=np.array(key))
+        np.savez(f, top=top, n=n, counts=counts, key=np.array(key), **extra)
 
 
-def load_partial(folder, key: str, n_queries: int, n_positives: int, k: int):
-    """(top, n, counts) stored under ``key``, or None when there is none or it does not fit this run."""
+def load_partial(folder, key: str, n_queries: int, n_positives: int, k: int, candidates: int = 0):
+    """(top, n, counts, candidates or None) stored under ``key``, or None when there is none or it
+    does not fit this run (``candidates``: the R the run keeps, 0 for none)."""
     path = Path(folder) / _name(key)
     if not path.exists():
         return None
@@ -38,11 +41,16 @@ def load_partial(folder, key: str, n_queries: int, n_positives: int, k: int):
             if str(z["key"]) != key:
                 return None
             top, n, counts = z["top"], z["n"], z["counts"]
+            cand = (z["cand_scores"], z["cand_positions"]) if candidates else None
     except (OSError, ValueError, KeyError):
-        return None                       # unreadable: score the shard again
+        return None                       # unreadable (or without the candidates asked for): score it again
     if top.shape != (n_queries, k) or n.shape != (n_queries,) or counts.shape != (n_positives,):
         return None
-    return top.astype(np.float32), n.astype(np.int64), counts.astype(np.int64)
+    if cand is not None:
+        if cand[0].shape != (n_queries, candidates) or cand[1].shape != (n_queries, candidates):
+            return None
+        cand = (cand[0].astype(np.float32), cand[1].astype(np.int64))
+    return top.astype(np.float32), n.astype(np.int64), counts.astype(np.int64), cand
 
 
 def remove_partials(folder) -> None:
