@@ -163,6 +163,12 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
                                          "json"], path, env))
     assert 0 <= predicted[0]["value"] <= 1
     assert (path / "out" / "region_cache" / "tiny" / "cache.json").exists()
+    # real_register registers the reranked sample: `dvc repro` gives a version that answers both
+    # stages, and the report shows both (a first-stage-only registration refused reranked@K)
+    both = json.loads(run(rscale + ["query", "mAP@20 at N=120 for tiny reranked@20", "-r", "registry",
+                                    "--format", "json"], path, env))
+    assert both["rows"][0]["reranked"] == 20 and 0 <= both["rows"][0]["value"] <= 1
+    assert "reranked@" in (path / "out" / "report.md").read_text()
 
     # dotted params: what no stage reads reruns nothing; each sub-mapping reruns its own stages
     params_file = path / "params.yaml"
