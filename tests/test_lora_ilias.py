@@ -24,17 +24,9 @@ from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers import lora, lora_data  # noqa: E402
 from rscale.store.hashing import digest_lines  # noqa: E402
 from test_lora import save  # noqa: E402  (tiny checkpoints, one definition)
-from test_lora_cli import config, files_under, run_json  # noqa: E402
+from test_lora_cli import _one_thread, config, files_under, run_json  # noqa: E402,F401  (_one_thread: autouse)
 
 FAST = {"rank": 4, "alpha": 8.0, "steps": 3, "batch_size": 4, "lr": 5e-3, "warmup_steps": 1, "checkpoint_every": 3}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)            # tiny models on a shared CPU: threads only add overhead
-    yield
-    torch.set_num_threads(before)
 
 
 def _picture(path, seed, size=32):

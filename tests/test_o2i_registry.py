@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 pq = pytest.importorskip("pyarrow.parquet")
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cli_checks import one_line_exit_2  # noqa: E402
 from test_o2i_pipeline import section, tiny_mobilenet, tiny_vit  # noqa: E402
 
 from rscale.api import o2i as api_o2i  # noqa: E402
@@ -161,15 +162,6 @@ def test_compare_takes_a_registered_o2i_result(runs, tmp_path, capsys):
     assert from_registry["measures"] == from_folder["measures"] and from_registry["queries"] == 36
     assert main(["compare", "o2i:mb/nope", "o2i:mb/gp", "-r", str(reg)]) == 2
     assert "has no condition 'nope'" in capsys.readouterr().err
-
-
-def one_line_exit_2(capsys, argv, *needles):
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in err, err
-    return err
 
 
 def test_a_tampered_table_or_row_is_refused_by_verify_report_and_compare(runs, tmp_path, capsys):

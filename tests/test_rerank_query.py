@@ -21,6 +21,8 @@ from rscale.sim import benchmark as sb
 from rscale.sim import rerank as sr
 from rscale.store.sample_stats_file import write_sample_stats
 
+from cli_checks import one_line_exit_2
+
 S, N, TOP, DEPTH = 20_000, 40_000, 600, 1000      # the gallery's top K' is the sample's top 500
 
 
@@ -115,14 +117,6 @@ def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
     [pop] = api.query(f"mAP@1000 at N=4e4 for sim_rr reranked@{DEPTH}", registry=reg["path"],
                       ci_kind="population")["rows"]
     assert pop["ci_kind"] == "population" and pop["ci_low"] < row["ci_low"] and pop["ci_high"] > row["ci_high"]
-
-
-def one_line_exit_2(capsys, argv, *needles):
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in err, err
 
 
 @pytest.mark.parametrize("query,needles", [
