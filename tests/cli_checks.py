@@ -12,3 +12,20 @@ def one_line_exit_2(capsys, argv, *needles):
     for n in needles:
         assert n in err, err
     return err
+
+
+def refused_writing_nothing(capsys, argv, pattern, folder):
+    """Run ``rscale argv`` in process; assert exit 2, one stderr line matching the regular
+    expression ``pattern`` without a traceback, and no file added or removed under ``folder``."""
+    import re
+
+    from rscale.cli import main
+
+    before = {p.relative_to(folder) for p in folder.rglob("*")}
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(pattern, err), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert {p.relative_to(folder) for p in folder.rglob("*")} == before
+    return err

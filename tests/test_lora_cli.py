@@ -21,6 +21,7 @@ from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers import lora  # noqa: E402
 from rscale.producers.lineage import weights_digest  # noqa: E402
 from rscale.store.hashing import digest_lines  # noqa: E402
+from cli_checks import refused_writing_nothing  # noqa: E402
 from test_lora import draw_images, save  # noqa: E402  (tiny checkpoints and images, one definition)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +40,6 @@ def config(tmp_path, **lora_keys) -> Path:
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"lora": {**TINY, **lora_keys}}))
     return path
-
-
-def files_under(folder: Path) -> set:
-    return {p.relative_to(folder) for p in folder.rglob("*")}
 
 
 def run_json(capsys, argv):
@@ -139,14 +136,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, case
     elif case == "precision":                              # refused before the builtin base is converted
         argv += ["--precision", "fp16"]
         argv[argv.index("--base") + 1] = str(tmp_path / "backbones" / "mobilenet_v2_imagenet")
-    before = files_under(tmp_path)
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    import re
-    assert re.search(want, err), err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert files_under(tmp_path) == before                   # no output folder, no MLflow store, nothing
+    refused_writing_nothing(capsys, argv, want, tmp_path)   # no output folder, no MLflow store, nothing
 
 
 def test_training_on_o2i_renders_never_sees_the_evaluation_objects(tmp_path, capsys):

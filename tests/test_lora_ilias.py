@@ -5,7 +5,6 @@ and a generated layout."""
 
 import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers import lora, lora_data  # noqa: E402
 from rscale.store.hashing import digest_lines  # noqa: E402
 from test_lora import save  # noqa: E402  (tiny checkpoints, one definition)
-from test_lora_cli import _one_thread, config, files_under, run_json  # noqa: E402,F401  (_one_thread: autouse)
+from cli_checks import refused_writing_nothing  # noqa: E402
+from test_lora_cli import _one_thread, config, run_json  # noqa: E402,F401  (_one_thread: autouse)
 
 FAST = {"rank": 4, "alpha": 8.0, "steps": 3, "batch_size": 4, "lr": 5e-3, "warmup_steps": 1, "checkpoint_every": 3}
 
@@ -169,13 +169,7 @@ def test_training_on_a_query_is_one_line_exit_2_and_nothing_written(tmp_path, ca
         extra, want = ["--queries", str(tmp_path / "nowhere")], "evaluation queries not found"
     argv = ["train-lora", "--config", str(config(tmp_path, **FAST)), "--base", str(base), "--data", str(data),
             "--out", str(tmp_path / "out"), *extra]
-    before = files_under(tmp_path)
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert re.search(want, err), err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert files_under(tmp_path) == before                   # no output folder, no MLflow store, no converted base
+    refused_writing_nothing(capsys, argv, want, tmp_path)   # no output folder, no MLflow store, no converted base
 
 
 def test_lora_queries_is_read_from_params_yaml(tmp_path):
