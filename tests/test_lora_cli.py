@@ -23,6 +23,7 @@ from rscale.producers.lineage import weights_digest  # noqa: E402
 from rscale.store.hashing import digest_lines  # noqa: E402
 from cli_checks import refused_writing_nothing  # noqa: E402
 from test_lora import draw_images, save  # noqa: E402  (tiny checkpoints and images, one definition)
+from dvc_projects import init_dvc_project, stage_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"rank": 4, "alpha": 8.0, "steps": 6, "batch_size": 4, "lr": 5e-3, "warmup_steps": 1, "checkpoint_every": 3}
@@ -283,9 +284,7 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"lora": params["lora"]}))
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"hello": {"cmd": "echo hi > hi.txt",
                                                                             "outs": ["hi.txt"]}}}))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "PYTHONPATH": str(tmp_path / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "OMP_NUM_THREADS": "1"}
+    env = stage_env(tmp_path, OMP_NUM_THREADS="1")
 
     def sh(*cmd):
         done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -293,8 +292,7 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
         return done.stdout
 
     dvc = [sys.executable, "-m", "dvc"]
-    sh("git", "init", "-q")
-    sh(*dvc, "init", "-q")
+    init_dvc_project(tmp_path, env, commit=False)
     sh(*dvc, "repro")                                          # the default path: not the LoRA pipeline
     assert (tmp_path / "hi.txt").exists() and not (tmp_path / "out" / "lora").exists()
     sh(*dvc, "repro", "pipelines/lora/dvc.yaml")
@@ -357,19 +355,15 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     pytest.importorskip("dvc")
     from test_real_pipeline import images        # an ILIAS tree and distractors, one definition
 
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("RSCALE_REGISTRY", None)
+    repo = tmp_path / "clone"
+    env = stage_env(repo, OMP_NUM_THREADS="1", MLFLOW_DISABLE_TELEMETRY="true")   # the clone's code, as DVC's stages run it
 
     def sh(*cmd, cwd):
         done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{cmd}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    repo = tmp_path / "clone"
     sh("git", "clone", "-q", str(ROOT), str(repo), cwd=tmp_path)
-    env["PYTHONPATH"] = str(repo / "src")                        # the clone's code, as DVC's stages run it
     base = save(repo, "vit")                                     # repo/vit-0, tiny random ViT
     draw_images(repo, n=6)                                       # repo/images-0: the training images
     images(repo / "data", instances=6, positives=2, distractors=120)

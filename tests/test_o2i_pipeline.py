@@ -18,6 +18,7 @@ from rscale.errors import InvalidArgumentError  # noqa: E402
 from rscale.producers import extract as ex  # noqa: E402
 from rscale.producers.interventions import alpha_query_expansion  # noqa: E402
 from rscale.store.descriptor_set import DescriptorSet  # noqa: E402
+from dvc_projects import init_dvc_project, stage_env  # noqa: E402
 
 DISTANCES = [3.5, 4.5, 5.8, 7.5]
 
@@ -337,17 +338,14 @@ def test_dvc_stage_o2i_runs_and_is_cached(tmp_path):
     sec["cache"] = "cache"
     tiny_mobilenet(tmp_path / "mb")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"o2i": sec, "register": {"registry": "registry"}}))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           "PYTHONPATH": str(tmp_path / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = stage_env(tmp_path)
 
     def sh(*cmd):
         out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, f"{cmd}:\n{out.stdout}\n{out.stderr}"
         return out.stdout
 
-    sh("git", "init", "-q")
-    sh(sys.executable, "-m", "dvc", "init", "-q")
+    init_dvc_project(tmp_path, env, commit=False)
     sh(sys.executable, "-m", "dvc", "repro", "o2i")
     man = api_o2i.read_manifest(tmp_path / "out" / "o2i")
     assert man["params"]["objects"] == 2 and (tmp_path / "out" / "o2i" / "report.md").is_file()

@@ -1,7 +1,6 @@
 """The DVC pipeline end to end on small simulated data (dvc is installed by `make test`)."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dvc_projects import init_dvc_project, stage_env
 
 pytest.importorskip("dvc")
 pytestmark = pytest.mark.slow          # DVC end to end: a minute or more
@@ -39,14 +39,8 @@ def project(tmp_path):
     stages["stages"].pop("real_example")   # the real-backbone example's inputs (real MobileNetV2 weights)
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     # the stages run the copied sources (their dependencies), not whichever rscale the venv has
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PYTHONPATH": str(tmp_path / "src"), "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    env.pop("RSCALE_REGISTRY", None)
-    run(["git", "init", "-q"], tmp_path, env)
-    run([sys.executable, "-m", "dvc", "init", "-q"], tmp_path, env)
-    run(["git", "add", "-A"], tmp_path, env)
-    run(["git", "commit", "-qm", "init"], tmp_path, env)
+    env = stage_env(tmp_path)
+    init_dvc_project(tmp_path, env)
     return tmp_path, env
 
 

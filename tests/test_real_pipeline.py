@@ -4,7 +4,6 @@ OWLv2 detector and drawn images, in a temporary copy of the pipeline; then an in
 ablation with `dvc exp run`."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from PIL import Image  # noqa: E402
 from rscale.errors import FormatError, InvalidArgumentError  # noqa: E402
 
 from test_rerank import save_owlv2  # noqa: E402
+from dvc_projects import init_dvc_project, stage_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -91,14 +91,8 @@ def project(tmp_path):
     params["estimate"]["evt"]["k_top"] = 40
     params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit")}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PYTHONPATH": str(tmp_path / "src"), "DVC_NO_ANALYTICS": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    env.pop("RSCALE_REGISTRY", None)
-    run(["git", "init", "-q"], tmp_path, env)
-    run([sys.executable, "-m", "dvc", "init", "-q"], tmp_path, env)
-    run(["git", "add", "-A"], tmp_path, env)
-    run(["git", "commit", "-qm", "init"], tmp_path, env)
+    env = stage_env(tmp_path)
+    init_dvc_project(tmp_path, env)
     return tmp_path, env
 
 
