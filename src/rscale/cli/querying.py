@@ -113,12 +113,21 @@ def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write m
            metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
            n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
            ci: str = ci_option(),
+           fmt: str = output.format_option(output.MARKDOWN, output.JSON, help="markdown (or HTML by --out's suffix) "
+                                           "or json: the report's rows, each the row rscale query answers."),
            registry: Optional[Path] = registry_option()):
     """Summarise a registry: backbones x gallery sizes, with estimator diagnostics (markdown or HTML)."""
     from rscale import api
 
     output_file(out)
-    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n], ci_kind=ci)
+    sizes = [float(gallery_size(v)) for v in n]
+    if fmt == output.JSON:
+        from rscale.errors import InvalidArgumentError
+        if out is not None:
+            raise InvalidArgumentError("--format json prints the rows; --out writes markdown or HTML: give one of them")
+        output.print_json({"ci_kind": ci, "rows": api.report_rows(registry, measures=metric, sizes=sizes, ci_kind=ci)})
+        return
+    text = api.report(registry, measures=metric, sizes=sizes, ci_kind=ci)
     if out is None:
         typer.echo(text)
         return
