@@ -20,12 +20,14 @@ def registration_summary(hardness, sample_stats=None, *, tail_fits=None) -> dict
     from rscale.errors import RscaleError
     from rscale.store.hardness_file import read_hardness
 
-    est, _info = read_hardness(hardness)
+    est, info = read_hardness(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
                "draws": 0 if est.draws is None else int(est.draws.shape[1]),
                "replicates": 0 if est.replicates is None else int(est.replicates.shape[1])}
+    if est.replicates is not None and info["replicates"].get("split_key"):
+        summary["split_key"] = info["replicates"]["split_key"]    # versions with one key pair (for A vs B)
     if sample_stats is None:
         return summary
     from rscale.core.budget import budget_check
@@ -69,7 +71,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     raise InvalidArgumentError(
         f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
         f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
-        f"({', '.join(KEYWORDS + MODES + (RERANKED,))})")
+        f"({', '.join(KEYWORDS + MODES + (RERANKED, 'vs'))})")
 
 
 def _nameable(kind: str, text: str) -> bool:

@@ -1,0 +1,88 @@
+"""Paired differences of two versions, ``rscale query "mAP@1000 at N=1e8 for A vs B"``: A - B with
+the interval of the difference from paired replicates (:func:`rscale.core.interval.
+difference_intervals`), for two versions whose half-sample replicates pair: the same split of the
+same distractor sample, which their hardness files record as one split key
+(:func:`rscale.core.replicates.split_key`). Anything else is refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
+                  ci_kind: str = "benchmark") -> dict:
+    """The answer to a parsed ``for A vs B`` query ``q``: one row per (measure, N) with the
+    difference ``value`` = A - B, ``value_a``, ``value_b``, the interval of kind ``ci_kind`` and the
+    back-test term of the difference (``backtest_at_n`` = e_A(f) - e_B(f)), plus warnings."""
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import resolve_mode
+    from rscale.errors import InvalidArgumentError
+
+    if q.rerank_depth is not None:
+        raise InvalidArgumentError(f"a paired difference is of first-stage metrics only (no reranked@{q.rerank_depth}): "
+                                   f"ask for each backbone's reranked row with 'for {q.backbones[0]}, {q.backbones[1]}'")
+    sides = []
+    for ref in q.backbones:
+        found = reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
+        if len(found) != 1:
+            raise InvalidArgumentError(
+                f"'{ref}' names {len(found)} versions ({', '.join(f'{v.ref} on {v.benchmark}' for v in found)}); a "
+                "paired difference compares one version with one: name it with its version, or add 'on BENCHMARK'")
+        sides.append(found[0])
+    va, vb = sides
+    if (*va.series, va.version) == (*vb.series, vb.version):
+        raise InvalidArgumentError(f"'{q.backbones[0]}' and '{q.backbones[1]}' are the same version ({va.ref}); "
+                                   "a paired difference needs two")
+    (est_a, info_a), (est_b, info_b) = reg.read_hardness(va), reg.read_hardness(vb)
+    a_name, b_name = f"{va.ref} on {va.benchmark}", f"{vb.ref} on {vb.benchmark}"
+    if info_a["query_ids"].shape != info_b["query_ids"].shape or not (info_a["query_ids"] == info_b["query_ids"]).all():
+        raise InvalidArgumentError(f"{a_name} and {b_name} are not evaluated on the same queries in the same order: "
+                                   "a paired difference needs both; ask for each one's row with "
+                                   f"'for {q.backbones[0]}, {q.backbones[1]}'")
+    if ci_kind == "benchmark" or bootstrap:
+        for v, est, info in ((va, est_a, info_a), (vb, est_b, info_b)):
+            if est.replicates is None:
+                raise InvalidArgumentError(f"{v.ref} on {v.benchmark} has no hardness replicates, so no interval of the "
+                                           "difference: re-run 'rscale estimate' and register again")
+            if not info["replicates"].get("split_key"):
+                raise InvalidArgumentError(
+                    f"{v.ref} on {v.benchmark} was estimated before rscale recorded which distractors its half-samples "
+                    "hold (rscale.replicates split_key), so its replicates cannot be paired: re-run 'rscale estimate' "
+                    "and register again")
+        if info_a["replicates"]["split_key"] != info_b["replicates"]["split_key"]:
+            raise InvalidArgumentError(
+                f"{a_name} and {b_name} do not pair: their half-samples are not the same split of the same "
+                "distractors (halves keep positions of each query's sampled top-K list, so they match only for the "
+                "same queries, S and top scores: two estimates of one sample, or versions that differ only in their "
+                f"positives); ask 'for {q.backbones[0]}, {q.backbones[1]}' for each one's own interval")
+    cells = [(m, float(n)) for m in q.measures for n in q.sizes]
+    answers = difference_intervals(est_a, est_b, [(m.law_metric, m.k, n) for m, n in cells], mode=q.mode,
+                                   ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                   backtest_a=info_a["backtest"], backtest_b=info_b["backtest"])
+    rows, warnings = [], []
+    s_max = float(max(est_a.n_sampled.max(), est_b.n_sampled.max()))
+    for (m, n), (pq_a, pq_b, lo, hi, bt_a, bt_b) in zip(cells, answers):
+        value = float((pq_a - pq_b).mean())
+        rows.append({"backbone": va.backbone, "version": f"v{va.version}", "versus": vb.backbone,
+                     "versus_version": f"v{vb.version}", "benchmark": va.benchmark, "measure": str(m), "N": int(n),
+                     "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo, "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
+                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, q.mode), "extrapolation": n / s_max,
+                     **_difference_backtest(bt_a, bt_b)})
+        if np.isfinite(lo) and lo <= 0.0 <= hi:
+            warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "
+                            f"{lo:+.4f}..{hi:+.4f} contains 0: not resolved")
+        if n / s_max > 1000:
+            warnings.append(f"N={n:g} is {n / s_max:.0f}x the sample; predictions this far out are not validated")
+    return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def _difference_backtest(a, b) -> dict:
+    """The back-test fields of A - B (:func:`rscale.core.backtest.backtest_fields`):
+    ``backtest_at_n`` e_A(f) - e_B(f) (a side without a term counts 0); ``backtest_factor`` m and
+    ``backtest_error`` e_A,m - e_B,m when both sides were measured at the same factor."""
+    from rscale.core.backtest import backtest_fields
+    if a is None and b is None:
+        return backtest_fields(None)
+    same = a is not None and b is not None and a.factor == b.factor
+    return {"backtest_factor": a.factor if same else None, "backtest_error": a.error - b.error if same else None,
+            "backtest_at_n": (0.0 if a is None else a.at_n) - (0.0 if b is None else b.at_n)}
