@@ -85,7 +85,8 @@ def test_paired_interval_covers_the_shared_gallery_difference_and_is_narrower_th
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     """a and b: one sample's distractors, b's positives harder; c: b from another sample; d: a
-    re-estimated and stored without its split key (as files written before it was recorded)."""
+    re-estimated and stored without its split key (as files written before it was recorded); a@v2:
+    a's sample with another threshold quantile."""
     from rscale import api
     from rscale.store.hardness_file import read_hardness, write_hardness
     from rscale.store.sample_stats_file import write_sample_stats
@@ -103,6 +104,10 @@ def registry(tmp_path_factory):
     old = {k: v for k, v in info["replicates"].items() if k != "split_key"}
     write_hardness(est, samples["a"], tmp / "d.h.parquet", old, info["backtest"], {"per_factor": 4, "seed": 2029})
     api.register(tmp / "d.h.parquet", registry=tmp / "reg", backbone="d", benchmark="sim")
+    # e: a's sample again with a threshold quantile that binds on the full sample only (each half keeps
+    # 200 top scores, below the minimum excess count either way)
+    api.estimate(tmp / "a.parquet", "evt", params=["q=0.98"], out=tmp / "e.h.parquet", replicates=4)
+    api.register(tmp / "e.h.parquet", tmp / "a.parquet", registry=tmp / "reg", backbone="a", benchmark="sim")
     return str(tmp / "reg")
 
 
@@ -113,9 +118,9 @@ def _json(capsys, argv):
 
 
 def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
-    own = {r["backbone"]: r for r in _json(capsys, ["query", "mAP@1000 at N=1e7 for a, b", "-r", registry])["rows"]}
-    ans = _json(capsys, ["query", "mAP@1000 at N=1e7 for a vs b", "-r", registry])
-    assert ans["query"] == "mAP@1000 at N=1e7 for a vs b"
+    own = {r["backbone"]: r for r in _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1, b", "-r", registry])["rows"]}
+    ans = _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1 vs b", "-r", registry])
+    assert ans["query"] == "mAP@1000 at N=1e7 for a@v1 vs b"
     (row,) = ans["rows"]
     assert (row["backbone"], row["versus"], row["ci_kind"], row["paired"]) == ("a", "b", "benchmark", "replicates")
     assert row["value_a"] == own["a"]["value"] and row["value_b"] == own["b"]["value"]
@@ -127,27 +132,38 @@ def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
     # narrower than the two own intervals combined (shared error cancels); '-' is the same query
     assert row["ci_high"] - row["ci_low"] < np.hypot(own["a"]["ci_high"] - own["a"]["ci_low"],
                                                     own["b"]["ci_high"] - own["b"]["ci_low"])
-    assert _json(capsys, ["query", "mAP@1000 at N=1e7 for a - b", "-r", registry])["rows"] == [row]
-    (pop,) = _json(capsys, ["query", "mAP@1000 at N=1e7 for a vs b", "-r", registry, "--ci", "population"])["rows"]
+    assert _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1 - b", "-r", registry])["rows"] == [row]
+    (pop,) = _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1 vs b", "-r", registry, "--ci", "population"])["rows"]
     assert pop["ci_kind"] == "population" and pop["ci_low"] < row["ci_low"] and pop["ci_high"] > row["ci_high"]
-    (flip,) = _json(capsys, ["query", "mAP@1000 at N=1e7 for b vs a", "-r", registry])["rows"]
+    (flip,) = _json(capsys, ["query", "mAP@1000 at N=1e7 for b vs a@v1", "-r", registry])["rows"]
     assert flip["value"] == pytest.approx(-row["value"]) and flip["ci_low"] == pytest.approx(-row["ci_high"])
-    assert main(["query", "mAP@1000, R@1 at N=1e6,1e7 for a vs b", "-r", registry]) == 0
+    assert main(["query", "mAP@1000, R@1 at N=1e6,1e7 for a@v1 vs b", "-r", registry]) == 0
     out = capsys.readouterr().out
     assert "versus" in out and "back-test, a@v1 - b@v1" in out
 
 
 @pytest.mark.parametrize("text,needles", [
-    ("mAP@1000 at N=1e7 for a vs c", ["do not pair", "for a, c"]),                  # another sample
-    ("mAP@1000 at N=1e7 for a vs d", ["split_key", "re-run 'rscale estimate'"]),     # recorded before the key
-    ("mAP@1000 at N=1e7 for a vs a@v1", ["same version"]),
+    ("mAP@1000 at N=1e7 for a@v1 vs c", ["do not pair", "for a@v1, c"]),                  # another sample
+    ("mAP@1000 at N=1e7 for a@v1 vs d", ["split_key", "re-run 'rscale estimate'"]),     # recorded before the key
+    ("mAP@1000 at N=1e7 for a@v1 vs a@v1", ["same version"]),
     ("mAP@1000 at N=1e7 for a vs *", ["names 4 versions"]),
-    ("mAP@100 at N=1e7 for a vs b reranked@100", ["first-stage metrics only"]),
-    ("mAP@1000 at N=1e7 for a vs nothere", ["nothere"]),
+    ("mAP@100 at N=1e7 for a@v1 vs b reranked@100", ["first-stage metrics only"]),
+    ("mAP@1000 at N=1e7 for a@v1 vs nothere", ["nothere"]),
 ])
 def test_pairs_that_do_not_pair_are_refused_in_one_line(registry, capsys, text, needles):
     one_line_exit_2(capsys, ["query", text, "-r", registry], *needles)
 
 
+def test_a_difference_the_halves_cannot_see_is_said(registry, capsys):
+    # two estimates of one sample pair (one split key); where their halves coincide the replicate
+    # term of the difference is 0 and a warning says why
+    from rscale import api
+    ans = api.query("mAP@1000 at N=1e7 for a@v2 vs a@v1", registry)
+    (row,) = ans["rows"]
+    assert row["value"] != 0.0 and row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert any("identical half-sample replicates" in w for w in ans["warnings"])
+    assert not any("identical" in w for w in api.query("mAP@1000 at N=1e7 for a@v1 vs b", registry)["warnings"])
+
+
 def test_curve_refuses_a_paired_query(registry, capsys):
-    one_line_exit_2(capsys, ["curve", "mAP@1000 for a vs b", "-r", registry, "--format", "json"], "paired difference")
+    one_line_exit_2(capsys, ["curve", "mAP@1000 for a@v1 vs b", "-r", registry, "--format", "json"], "paired difference")

@@ -60,6 +60,12 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                                    ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                    backtest_a=info_a["backtest"], backtest_b=info_b["backtest"])
     rows, warnings = [], []
+    if est_a.replicates is not None and est_b.replicates is not None and \
+            np.array_equal(est_a.replicates, est_b.replicates) and not np.array_equal(est_a.x, est_b.x):
+        warnings.append(f"{va.ref} and {vb.ref} have identical half-sample replicates but different hardness: what "
+                        "sets them apart acts on the full sample only (a parameter that binds at S but not at S/2, "
+                        "such as a threshold quantile below the minimum excess count), so the interval carries no "
+                        "estimation variance of the difference")
     s_max = float(max(est_a.n_sampled.max(), est_b.n_sampled.max()))
     for (m, n), (pq_a, pq_b, lo, hi, bt_a, bt_b) in zip(cells, answers):
         value = float((pq_a - pq_b).mean())
