@@ -13,12 +13,12 @@ import pytest
 
 from rscale import sim
 from rscale.cli import main
-from rscale.core import metrics, ragged
 from rscale.core.backtest import Backtest, backtest_hardness
 from rscale.core.estimators.methods import estimate
 from rscale.core.interval import difference_intervals, predicted_intervals
 from rscale.core.replicates import hardness_replicates, split_key
-from rscale.sim.benchmark import HardnessLaw, SimSpec, _nested_binomial
+from rscale.errors import InvalidArgumentError
+from rscale.sim.benchmark import HardnessLaw, SimSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cli_checks import one_line_exit_2  # noqa: E402
@@ -28,28 +28,22 @@ SPEC = SimSpec(name="a", family="gaussian", n_queries=100,
 
 
 def harder(bench, factor: float, name: str):
-    """The same queries, score laws and hence distractors, with every positive ``factor`` times
-    harder: a version that differs from ``bench`` in its positives alone."""
-    x = np.clip(bench.pos_x * factor, 0.0, 1.0)
-    return replace(bench, spec=replace(bench.spec, name=name), pos_x=x,
-                   pos_scores=bench.law.isf(x, ragged.group_index(bench.pos_offsets)))
+    """The same queries, score laws and hence distractors, with every positive ``factor`` times harder."""
+    return sim.with_positives(bench, bench.pos_x * factor, name)
 
 
-def shared_gallery_truth(a, b, ss_a, ss_b, n: float, seed: int):
-    """Exact realised mAP@1000 of a and b in ONE gallery of n distractors that contains the
-    sample: the unsampled n - S distractors are the same for both (one multinomial over the
-    intervals between all of a's and b's hardness values), so their difference is the
-    difference on the same benchmark."""
-    off = a.pos_offsets
-    x = np.concatenate([a.pos_x, b.pos_x])
-    q = np.concatenate([ragged.group_index(off)] * 2)
-    order = np.lexsort((x, q))
-    both = np.concatenate([[0], np.cumsum(2 * np.diff(off))])
-    extra = np.empty(x.size, dtype=np.int64)
-    extra[order] = _nested_binomial(int(n) - ss_a.n_sampled, np.zeros(off.size - 1), x[order], both,
-                                    np.random.default_rng([seed, 3, int(n)]))
-    counts = (ss_a.pos_counts + extra[:a.pos_x.size], ss_b.pos_counts + extra[a.pos_x.size:])
-    return tuple(float(metrics.ap_at_k(metrics.ranks_from_counts(c, off), off, 1000).mean()) for c in counts)
+def test_shared_gallery_truth_is_one_gallery_for_every_version():
+    bench = sim.simulate(replace(SPEC, n_queries=40), seed=4)
+    other = harder(bench, 3.0, "b")
+    ss, ss_b = sim.sample(bench, 50_000, k=200, seed=4), sim.sample(other, 50_000, k=200, seed=4)
+    assert (ss.top_scores == ss_b.top_scores).all() and (ss_b.pos_counts >= ss.pos_counts).all()
+    (alone,) = sim.truth_shared([bench], [ss], 1e7, "AP", 1000, seed=9)
+    assert (alone == sim.truth(bench, ss, 1e7, "AP", 1000, seed=9)).all()       # one version: truth itself
+    # two: the same unsampled distractors, so every harder positive is outranked at least as often
+    a, b = sim.truth_shared([bench, other], [ss, ss_b], 1e7, "R", 1000, seed=9)
+    assert (b <= a).all() and b.mean() < a.mean()
+    with pytest.raises(InvalidArgumentError, match="ascending"):
+        sim.with_positives(bench, bench.pos_x[::-1], "c")
 
 
 def fitted(ss):
@@ -68,7 +62,7 @@ def test_paired_interval_covers_the_shared_gallery_difference_and_is_narrower_th
         assert split_key(ss_a, splits=4) == split_key(ss_b, splits=4)          # the same distractors, halved alike
         assert split_key(sim.sample(bench_b, 100_000, k=400, seed=seed + 50), splits=4) != split_key(ss_a, splits=4)
         (est_a, bt_a), (est_b, bt_b) = fitted(ss_a), fitted(ss_b)
-        t_a, t_b = shared_gallery_truth(bench_a, bench_b, ss_a, ss_b, n, seed)
+        t_a, t_b = (float(t.mean()) for t in sim.truth_shared([bench_a, bench_b], [ss_a, ss_b], n, "AP", 1000, seed))
         (pa, pb, lo, hi, _, _), = difference_intervals(est_a, est_b, cells, backtest_a=bt_a, backtest_b=bt_b)
         covered += lo <= t_a - t_b <= hi
         # the replicate terms alone: paired against the two versions' own intervals combined
