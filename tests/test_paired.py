@@ -159,5 +159,13 @@ def test_a_difference_the_halves_cannot_see_is_said(registry, capsys):
     assert not any("identical" in w for w in api.query("mAP@1000 at N=1e7 for a@v1 vs b", registry)["warnings"])
 
 
+def test_each_versions_warnings_hold_for_the_difference(registry):
+    from rscale import api
+    warned = api.query("mAP@1000 at N=1e9 for a@v1 vs b", registry)["warnings"]
+    for name in ("a", "b"):
+        assert f"{name}: N=1e+09 is 10000x the sample; predictions this far out are not validated" in warned
+    assert not any("10000x" in w for w in api.query("mAP@1000 at N=1e7 for a@v1 vs b", registry)["warnings"])
+
+
 def test_curve_refuses_a_paired_query(registry, capsys):
     one_line_exit_2(capsys, ["curve", "mAP@1000 for a@v1 vs b", "-r", registry, "--format", "json"], "paired difference")

@@ -77,9 +77,21 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
         if np.isfinite(lo) and lo <= 0.0 <= hi:
             warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "
                             f"{lo:+.4f}..{hi:+.4f} contains 0: not resolved")
-        if n / s_max > 1000:
-            warnings.append(f"N={n:g} is {n / s_max:.0f}x the sample; predictions this far out are not validated")
+    warnings += _side_warnings(q, (va, vb), reg.root)
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def _side_warnings(q, versions, registry) -> list[str]:
+    """What ``rscale query`` warns about each version alone (a sample that does not support N,
+    rejected tails, a small sample, far extrapolation): it holds for their difference too."""
+    from rscale.api.querying import query
+    from rscale.query.grammar import format_size
+    out = []
+    for v in versions:
+        text = (f"{', '.join(str(m) for m in q.measures)} at N={','.join(format_size(n) for n in q.sizes)} "
+                f"for {v.backbone}@v{v.version} on {v.benchmark} using {v.estimator}" + (f" {q.mode}" if q.mode else ""))
+        out += query(text, registry, bootstrap=0, ci_kind="population")["warnings"]    # values only: no interval
+    return out
 
 
 def _difference_backtest(a, b) -> dict:
