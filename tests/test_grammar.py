@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rscale.errors import QuerySyntaxError
@@ -107,6 +107,7 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
        st.lists(st.tuples(names, st.sampled_from([None, "v2", "released"])), min_size=1, max_size=3),
        st.one_of(st.none(), names), st.one_of(st.none(), st.sampled_from(["evt", "evt-paper", "count"])),
        st.sampled_from([None, "expected", "plugin"]), st.one_of(st.none(), st.integers(1, 10**6)), st.booleans())
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])   # a loaded shared machine is no failure
 def test_round_trip_property(measures, sizes, backbones, bench, est, mode, depth, paired):
     q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode, depth,
               paired and len(backbones) == 2)
