@@ -80,7 +80,8 @@ def test_paired_interval_covers_the_shared_gallery_difference_and_is_narrower_th
 def registry(tmp_path_factory):
     """a and b: one sample's distractors, b's positives harder; c: b from another sample; d: a
     re-estimated and stored without its split key (as files written before it was recorded); a@v2:
-    a's sample with another threshold quantile."""
+    a's sample with another threshold quantile; f, g: b's sample without a back-test, g with 6
+    replicates."""
     from rscale import api
     from rscale.store.hardness_file import read_hardness, write_hardness
     from rscale.store.sample_stats_file import write_sample_stats
@@ -102,6 +103,10 @@ def registry(tmp_path_factory):
     # 200 top scores, below the minimum excess count either way)
     api.estimate(tmp / "a.parquet", "evt", params=["q=0.98"], out=tmp / "e.h.parquet", replicates=4)
     api.register(tmp / "e.h.parquet", tmp / "a.parquet", registry=tmp / "reg", backbone="a", benchmark="sim")
+    # f: b's sample without a back-test; g: with 6 replicates (3 splits) instead of 4
+    for name, reps in (("f", 4), ("g", 6)):
+        api.estimate(tmp / "b.parquet", "evt", out=tmp / f"{name}.h.parquet", replicates=reps, backtest=False)
+        api.register(tmp / f"{name}.h.parquet", tmp / "b.parquet", registry=tmp / "reg", backbone=name, benchmark="sim")
     return str(tmp / "reg")
 
 
@@ -140,7 +145,9 @@ def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
     ("mAP@1000 at N=1e7 for a@v1 vs c", ["do not pair", "for a@v1, c"]),                  # another sample
     ("mAP@1000 at N=1e7 for a@v1 vs d", ["split_key", "re-run 'rscale estimate'"]),     # recorded before the key
     ("mAP@1000 at N=1e7 for a@v1 vs a@v1", ["same version"]),
-    ("mAP@1000 at N=1e7 for a vs *", ["names 4 versions"]),
+    ("mAP@1000 at N=1e7 for a vs *", ["names 6 versions"]),
+    ("mAP@1000 at N=1e7 for a@v1 vs g", ["different half-sample splits", "4 replicates", "6 replicates",
+                                         "the same --replicates"]),
     ("mAP@100 at N=1e7 for a@v1 vs b reranked@100", ["first-stage metrics only"]),
     ("mAP@1000 at N=1e7 for a@v1 vs nothere", ["nothere"]),
 ])
@@ -157,6 +164,16 @@ def test_a_difference_the_halves_cannot_see_is_said(registry, capsys):
     assert row["value"] != 0.0 and row["ci_low"] <= row["value"] <= row["ci_high"]
     assert any("identical half-sample replicates" in w for w in ans["warnings"])
     assert not any("identical" in w for w in api.query("mAP@1000 at N=1e7 for a@v1 vs b", registry)["warnings"])
+
+
+def test_no_back_test_term_unless_both_sides_have_one(registry):
+    from rscale import api
+    (row,) = api.query("mAP@1000 at N=1e7 for a@v1 vs f", registry)["rows"]     # f: estimated without one
+    assert row["backtest_at_n"] is None and row["backtest_factor"] is None
+    own = {r["backbone"]: r for r in api.query("mAP@1000 at N=1e7 for a@v1, f", registry)["rows"]}
+    assert own["a"]["backtest_at_n"] is not None and own["f"]["backtest_at_n"] is None
+    (pairs,) = api.query("mAP@1000 at N=1e7 for b vs a@v1", registry)["rows"]
+    assert pairs["backtest_at_n"] is not None
 
 
 def test_each_versions_warnings_hold_for_the_difference(registry):

@@ -49,6 +49,12 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                     f"{v.ref} on {v.benchmark} was estimated before rscale recorded which distractors its half-samples "
                     "hold (rscale.replicates split_key), so its replicates cannot be paired: re-run 'rscale estimate' "
                     "and register again")
+        split = [(info["replicates"].get("splits"), info["replicates"].get("seed")) for info in (info_a, info_b)]
+        if split[0] != split[1]:
+            raise InvalidArgumentError(
+                f"{a_name} and {b_name} do not pair: their replicates come from different half-sample splits "
+                f"({2 * split[0][0]} replicates, seed {split[0][1]} against {2 * split[1][0]} replicates, seed {split[1][1]}); "
+                "estimate both with the same --replicates")
         if info_a["replicates"]["split_key"] != info_b["replicates"]["split_key"]:
             raise InvalidArgumentError(
                 f"{a_name} and {b_name} do not pair: their half-samples are not the same split of the same "
@@ -71,7 +77,8 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
         value = float((pq_a - pq_b).mean())
         rows.append({"backbone": va.backbone, "version": f"v{va.version}", "versus": vb.backbone,
                      "versus_version": f"v{vb.version}", "benchmark": va.benchmark, "measure": str(m), "N": int(n),
-                     "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo, "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
+                     "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo,
+                     "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
                      "estimator": va.estimator, "mode": resolve_mode(m.law_metric, q.mode), "extrapolation": n / s_max,
                      **_difference_backtest(bt_a, bt_b)})
         if np.isfinite(lo) and lo <= 0.0 <= hi:
@@ -96,11 +103,11 @@ def _side_warnings(q, versions, registry) -> list[str]:
 
 def _difference_backtest(a, b) -> dict:
     """The back-test fields of A - B (:func:`rscale.core.backtest.backtest_fields`):
-    ``backtest_at_n`` e_A(f) - e_B(f) (a side without a term counts 0); ``backtest_factor`` m and
-    ``backtest_error`` e_A,m - e_B,m when both sides were measured at the same factor."""
+    ``backtest_at_n`` e_A(f) - e_B(f), none unless both sides have a term; ``backtest_factor`` m
+    and ``backtest_error`` e_A,m - e_B,m when both were measured at the same factor."""
     from rscale.core.backtest import backtest_fields
-    if a is None and b is None:
+    if a is None or b is None:
         return backtest_fields(None)
-    same = a is not None and b is not None and a.factor == b.factor
+    same = a.factor == b.factor
     return {"backtest_factor": a.factor if same else None, "backtest_error": a.error - b.error if same else None,
-            "backtest_at_n": (0.0 if a is None else a.at_n) - (0.0 if b is None else b.at_n)}
+            "backtest_at_n": a.at_n - b.at_n}

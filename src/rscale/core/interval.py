@@ -145,7 +145,8 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
     """Per (metric, k, N) cell: (per-query values of A, of B, low, high, back-test of A, of B) of
     the paired interval of kind ``ci_kind`` (module docstring): replicate r of A minus replicate r
     of B, the query bootstrap on the per-query differences, and the back-test term e_A(f) - e_B(f)
-    (0 for a side without one) under the same union rule. The caller checks that the two
+    under the same union rule (none unless both sides have one: one side's error alone is not the
+    difference's). The caller checks that the two
     estimates' replicates pair (the same split key) and that their queries are the same, in the
     same order; here they must have the same shape."""
     if est_a.offsets.size != est_b.offsets.size:
@@ -159,8 +160,7 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
             raise InvalidArgumentError(f"paired replicates need as many on both sides, got {ra.shape[1]} and "
                                        f"{rb.shape[1]}")
         reps = ra - rb
-    shift = np.array([np.nan if a is None and b is None else (0.0 if a is None else a.at_n) - (0.0 if b is None else b.at_n)
-                      for a, b in zip(ba, bb)])
+    shift = np.array([np.nan if a is None or b is None else a.at_n - b.at_n for a, b in zip(ba, bb)])
     _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  backtest=shift, bounds=(-1.0, 1.0))
     return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
