@@ -116,6 +116,13 @@ def _json(capsys, argv):
     return json.loads(capsys.readouterr().out)
 
 
+def test_the_split_key_is_recorded_in_each_versions_summary(registry):
+    from rscale import api
+    key = {name: api.show(name, registry).summary.get("split_key") for name in ("a@v1", "b", "c", "d", "a@v2")}
+    assert key["a@v1"].startswith("sha256:") and key["a@v1"] == key["b"] == key["a@v2"]   # one sample's distractors
+    assert key["c"] != key["b"] and key["d"] is None                                      # another sample; none stored
+
+
 def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
     own = {r["backbone"]: r for r in _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1, b", "-r", registry])["rows"]}
     ans = _json(capsys, ["query", "mAP@1000 at N=1e7 for a@v1 vs b", "-r", registry])
