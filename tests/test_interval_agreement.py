@@ -76,3 +76,12 @@ def test_query_predict_curve_and_report_give_the_same_interval_on_every_row(regi
             assert len(set(got.values())) == 1, (m, n, got)
             value, lo, hi, kind = got["query"]
             assert kind == ci and lo <= value <= hi and lo < hi, (m, n, got)
+
+
+def test_report_json_prints_rows_and_refuses_an_output_file(registered, capsys, tmp_path):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cli_checks import refused_writing_nothing
+    refused_writing_nothing(capsys, ["report", "-r", str(registered / "reg"), "--format", "json", "-o",
+                                     str(tmp_path / "r.md")], r"--format json prints the rows; --out writes", tmp_path)
