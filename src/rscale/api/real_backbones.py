@@ -26,7 +26,7 @@ queries. ``rerank_backbones.<name>``: the OWLv2 checkpoint folder, ``candidates`
 query's top R sampled distractors kept by id and rescored by the reranker, with the positives),
 the region cache (default ``out/region_cache/<name>``) and the reranker's settings
 (``rscale.api.rerank``'s keys); ``real_rerank`` scores the entry's sample again keeping the
-candidates (``out/rerank/<name>/``: the same sample stats, byte for byte, and the candidate
+candidates (``out/rerank/<name>/``: the same sample, scores and counts, and the candidate
 lists) and writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2), which
 ``real_register_reranked`` registers as the entry's next version (with its reranked input).
 The converted ImageNet MobileNetV2 is a checkpoint folder like any other
