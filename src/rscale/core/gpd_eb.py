@@ -216,35 +216,6 @@ def fit_shape_prior(loglik: np.ndarray, grid: np.ndarray, taus: np.ndarray = TAU
     return ShapePrior(mu=mu, tau=tau, grid=mus, weight=discrete_prior(mus, mu, tau))
 
 
-def fit_shape_prior_npmle(loglik: np.ndarray, grid: np.ndarray, iterations: int = 300,
-                          tol: float = 1e-7) -> ShapePrior:
-    """Empirical Bayes without a parametric form: the weights on the grid points maximising the
-    marginal likelihood sum_q log sum_g p_g exp(l_q(xi_g)) (the NPMLE of the shape distribution,
-    restricted to the grid), by EM from uniform weights: p_g <- mean_q pi_qg. A population of
-    bounded tails with a few heavy ones keeps both modes instead of one normal between them.
-    ``mu`` and ``tau`` report the fitted weights' mean and sd."""
-    ll = np.asarray(loglik, dtype=np.float64)
-    ok = np.isfinite(ll).any(axis=1)
-    if not ok.any():
-        raise InvalidArgumentError("no query has a finite tail likelihood on the shape grid")
-    ll = ll[ok]
-    lik = np.exp(ll - ll.max(axis=1, keepdims=True))                   # (Q, G)
-    g = np.asarray(grid, dtype=np.float64)
-    p = np.full(g.size, 1.0 / g.size)
-    for _ in range(iterations):
-        post = lik * p[None, :]
-        post /= post.sum(axis=1, keepdims=True)
-        new = post.mean(axis=0)
-        done = np.max(np.abs(new - p)) < tol
-        p = new
-        if done:
-            break
-    p = np.maximum(p, 1e-300)
-    p /= p.sum()
-    mu = float(p @ g)
-    return ShapePrior(mu=mu, tau=float(np.sqrt(p @ (g - mu) ** 2)), grid=g, weight=p)
-
-
 def shape_posterior(loglik: np.ndarray, prior: ShapePrior) -> np.ndarray:
     """Each query's posterior weights (Q, G) over the grid: prior x profile likelihood."""
     with np.errstate(divide="ignore"):

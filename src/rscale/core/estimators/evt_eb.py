@@ -18,6 +18,9 @@ a probability that a new distractor beats it, averaged over what the sample leav
   excesses below the top m (those m right-censored at the (m+1)-th, c). The event conditioned on,
   s > s_(m+1), is the same for every candidate, so the scores compare; a threshold whose tail the
   top scores reject gets no weight.
+- ``shape_fit="censored"``: the posterior (and prior) that hardness uses is the held-out one,
+  the top ``held_out`` excesses entering only as "above the (m+1)-th", so a few far points (a
+  near-duplicate cluster) cannot make the shape heavy; the default uses every excess.
 - the count test (``count_test``): as in ``evt``, a positive whose own count c >= 1 rejects the
   tail value at that level (P(Poisson(S x) >= c) < count_test) keeps the count.
 
@@ -35,12 +38,11 @@ import numpy as np
 
 from rscale.core.estimators.base import HardnessEstimate
 from rscale.core.gpd import gpd_logsf
-from rscale.core.gpd_eb import fit_shape_prior, fit_shape_prior_npmle, log_marginal, shape_grid, shape_posterior, shape_profile
+from rscale.core.gpd_eb import fit_shape_prior, log_marginal, shape_grid, shape_posterior, shape_profile
 from rscale.core.sample_stats import SampleStats
 from rscale.errors import InvalidArgumentError
 
 THRESHOLDS = (2.0, 1.0, 0.5, 0.25)    # candidate excess counts, multiples of (1 - q) k_top
-PRIORS = {"normal": fit_shape_prior, "npmle": fit_shape_prior_npmle}
 MIN_TRAIN = 8                         # excesses below the held-out top that every candidate keeps
 
 
@@ -51,15 +53,10 @@ class EBConfig:
     xi_max: float = 0.1          # top of the shape grid (0: bounded and exponential tails only;
                                  # 0.1 chosen on the design set, docs/benchmarks.md)
     held_out: int = 10           # top scores each threshold candidate is scored on
-    prior: str = "normal"        # shape prior across queries: "normal" (mu, tau) or "npmle"
-                                 # (free weights on the grid, EM)
     shape_fit: str = "full"      # "full": posterior from every excess; "censored": the top
                                  # held_out excesses enter only as "above the (m+1)-th"
     count_min: int = 5
     count_test: float = 0.01     # 0: off
-    threshold_draws: str = "mixture"   # in each posterior draw: "mixture" (the thresholds' x
-                                 # weighted by w_qt) or "sampled" (one threshold per draw, drawn
-                                 # with probability w_qt: the metric, not x, is averaged over them)
     draws: int = 16              # > 0: posterior draws of x (shape quantiles, shared by a query's
                                  # positives), so predictions average the metric over them; 0: none
 
@@ -70,12 +67,8 @@ class EBConfig:
             raise InvalidArgumentError(f"k_top must be at least 10, got {self.k_top}")
         if not 0.0 <= self.xi_max <= 1.0:
             raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {self.xi_max}")
-        if self.prior not in PRIORS:
-            raise InvalidArgumentError(f"prior must be one of {', '.join(PRIORS)}, got {self.prior!r}")
         if self.shape_fit not in ("full", "censored"):
             raise InvalidArgumentError(f"shape_fit must be full or censored, got {self.shape_fit!r}")
-        if self.threshold_draws not in ("mixture", "sampled"):
-            raise InvalidArgumentError(f"threshold_draws must be mixture or sampled, got {self.threshold_draws!r}")
         if self.held_out < 1:
             raise InvalidArgumentError(f"held_out must be >= 1, got {self.held_out}")
         if self.count_min < 1:
@@ -119,12 +112,12 @@ def _excesses(top, n_exc):
     return u, exc
 
 
-def tail_candidate(top, n_exc: int, held_out: int, grid, prior_fit=fit_shape_prior, shape_fit: str = "full"):
+def tail_candidate(top, n_exc: int, held_out: int, grid, shape_fit: str = "full"):
     """One threshold candidate for every query: threshold, excesses, the full-data shape profile
     and EB posterior, and the held-out log score of the top ``held_out`` excesses."""
     u, exc = _excesses(top, n_exc)
     sig, ll = shape_profile(exc, grid)
-    prior = prior_fit(ll, grid)
+    prior = fit_shape_prior(ll, grid)
     post = shape_posterior(ll, prior)
     # held out: the top m excesses; trained on the rest with the m right-censored at the (m+1)-th
     m = held_out
@@ -138,7 +131,7 @@ def tail_candidate(top, n_exc: int, held_out: int, grid, prior_fit=fit_shape_pri
     ll_test = log_f - m * log_s
     score = log_marginal(ll_test, shape_posterior(ll_t, prior))
     if shape_fit == "censored":
-        prior = prior_fit(ll_t, grid)
+        prior = fit_shape_prior(ll_t, grid)
         sig, post = sig_t, shape_posterior(ll_t, prior)
     return {"u": u, "exc": exc, "sigma": sig, "post": post, "prior": prior,
             "n_u": np.sum(~np.isnan(exc), axis=1), "score": score}
@@ -160,7 +153,7 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     top = ss.top_scores[:, :k_top]
     grid = shape_grid(config.xi_max)
     sizes = candidate_sizes(k_top, config.q, held_out)
-    cands = [tail_candidate(top, n, held_out, grid, PRIORS[config.prior], config.shape_fit) for n in sizes]
+    cands = [tail_candidate(top, n, held_out, grid, config.shape_fit) for n in sizes]
     scores = np.stack([c["score"] for c in cands], axis=1)              # (Q, T)
     fin = np.isfinite(scores)
     best = np.where(fin, scores, -np.inf).max(axis=1, keepdims=True)
@@ -174,14 +167,6 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     d = config.draws
     levels = (np.arange(d) + 0.5) / max(d, 1)
     x_draws = np.zeros((ss.n_positives, d))
-    sampled = config.threshold_draws == "sampled"
-    if sampled and d:
-        # draw j: the threshold at level (j + 1/2) / D of the query's w, the shape at a level
-        # paired with it by the golden-ratio sequence (both margins stay spread over the draws)
-        t_of = np.minimum((np.cumsum(w, axis=1)[:, None, :] < levels[None, :, None]).sum(axis=2), len(cands) - 1)
-        shape_levels = np.mod((np.arange(d) + 0.5) * 0.6180339887498949, 1.0)
-    else:
-        shape_levels = levels
     for t, c in enumerate(cands):
         y = np.maximum(ss.pos_scores - c["u"][pq], 0.0)
         p_u = c["n_u"][pq] / s[pq]
@@ -191,11 +176,10 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
             # draw j: the shape at the posterior's level (j + 1/2) / D, the same for every positive
             # of the query (grid descending in xi, so the cumulative weight runs heavy -> light)
             cum = np.cumsum(c["post"], axis=1)
-            g = np.minimum((cum[:, None, :] < shape_levels[None, :, None]).sum(axis=2), grid.size - 1)   # (Q, D)
+            g = np.minimum((cum[:, None, :] < levels[None, :, None]).sum(axis=2), grid.size - 1)   # (Q, D)
             gp = g[pq]
             sd = np.exp(gpd_logsf(y[:, None], grid[gp], np.take_along_axis(c["sigma"][pq], gp, axis=1)))
-            share = (t_of[pq] == t).astype(np.float64) if sampled else w[pq, t][:, None]
-            x_draws += share * p_u[:, None] * sd
+            x_draws += w[pq, t][:, None] * p_u[:, None] * sd
     counts = ss.pos_counts
     x = counts / s[pq]
     use_count = counts >= config.count_min
