@@ -411,6 +411,23 @@ def test_evt_eb_threshold_weights_favour_the_tail_the_top_follows():
     assert above(ss2) > 0.6 and above(ss2) > above(ss) + 0.15
 
 
+def test_evt_eb_censored_shape_fit_ignores_how_far_out_a_few_top_scores_lie():
+    # a bounded GPD tail with its top 5 scores moved far out (a near-duplicate cluster above the
+    # bulk): every excess makes the shape heavy; the top-censored fit keeps the bulk's shape
+    ss, _ = _gpd_sample_stats(-0.2, k=600, seed=8)
+    top = ss.top_scores.copy()
+    top[:, :5] += 0.2
+    ss2 = validate(replace(ss, top_scores=top,
+                           pos_counts=np.sum(top[ss.positive_query()] >= ss.pos_scores[:, None], axis=1)))
+    full = np.median(estimate(ss2, "evt-eb", xi_max=0.5).tail["xi"])
+    censored = np.median(estimate(ss2, "evt-eb", xi_max=0.5, shape_fit="censored").tail["xi"])
+    assert full > 0.0
+    assert censored == pytest.approx(-0.2, abs=0.1)
+    # (the censored fit's likelihood is the same with and without the outliers: only the
+    # threshold weights, scored on the top values, move), and the full fit is right without them
+    assert np.median(estimate(ss, "evt-eb", xi_max=0.5).tail["xi"]) == pytest.approx(-0.2, abs=0.05)
+
+
 def test_evt_eb_params_are_checked_and_replayed():
     from rscale.core.estimators.methods import stored_params
     ss = tiny_sample()
@@ -418,10 +435,12 @@ def test_evt_eb_params_are_checked_and_replayed():
         estimate(ss, "evt-eb", pool_xi="none")
     with pytest.raises(InvalidArgumentError, match="xi_max"):
         estimate(ss, "evt-eb", xi_max=2.0)
+    with pytest.raises(InvalidArgumentError, match="shape_fit"):
+        estimate(ss, "evt-eb", shape_fit="top")
     est = estimate(ss, "evt-eb", k_top=20, q=0.5, held_out=3, draws=0)
     assert est.draws is None and est.rule.tolist()[2] == "count"
     replay = stored_params("evt-eb", est.params)
-    assert set(replay) == {"k_top", "q", "xi_max", "held_out", "count_min", "count_test", "draws"}
+    assert set(replay) == {"k_top", "q", "xi_max", "held_out", "shape_fit", "count_min", "count_test", "draws"}
     np.testing.assert_array_equal(estimate(ss, "evt-eb", **replay).x, est.x)
 
 

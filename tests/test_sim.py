@@ -42,6 +42,18 @@ def test_logistic_law_against_scipy():
     np.testing.assert_allclose(np.diff(far), law_.beta[0] * np.log(10), rtol=1e-6)
 
 
+def test_student_law_against_scipy_and_heavy():
+    law_ = score_laws.draw_laws("student", 5, np.random.default_rng(9))
+    s = np.linspace(0, 1.5, 50)
+    for q in range(5):
+        ref = stats.t.sf(s, law_.nu[q], loc=law_.mu[q], scale=law_.scale[q])
+        np.testing.assert_allclose(law_.sf(s, np.full(50, q)), ref, rtol=1e-10)
+    assert np.all((law_.isf(np.full(5, 1e-8), np.arange(5)) > 0.45) & (law_.isf(np.full(5, 1e-8), np.arange(5)) < 0.7))
+    # a Frechet-domain tail: sf(t s) / sf(s) -> t^(-nu) far out (GPD shape 1 / nu > 0)
+    far = law_.isf(np.array([1e-12, 1e-13]), np.zeros(2, dtype=int)) - law_.mu[0]
+    assert np.log(10) / np.log(far[1] / far[0]) == pytest.approx(law_.nu[0], rel=0.02)
+
+
 def test_bounded_law_against_numerical_integration():
     law_ = score_laws.draw_laws("bounded", 3, np.random.default_rng(2))
     for q in range(3):

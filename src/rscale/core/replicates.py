@@ -20,6 +20,22 @@ metric through the convex AP map (every replicate 0.01-0.03 lower in mAP@1000 th
 which is a bias, not a spread; posterior draws would count the parameter noise the refits
 already carry a second time (docs/benchmarks.md).
 
+An estimator with posterior ``draws`` (``evt-eb``) predicts by averaging the metric over its
+draws, not by plugging in its mean hardness x; through the convex AP map the plug-in is lower
+where it extrapolates. The interval stays centred on the reported point (it is built around v
+from pair differences, and at N = S, where the back-test scores the replicates, plug-in and
+draw average differ by about 1e-4), but replicates stored as x carry the plug-in's spread,
+which is larger: pair sd 0.0226 against the draw-averaged predictions' 0.0191 (150 gaussian
+queries, 1e7 from 1e5), 0.0038 against 0.0025 (design gaussian/power, 1e8 from 5%). Its
+replicate is therefore a certainty equivalent of the half's draws (:func:`point_column`): per
+query, the hardness between two adjacent draws (log-linear) whose mAP@1000 (expected mode, the
+mode evt-eb is validated in) at N = ``CE_FACTOR`` x S equals the draws' average there (at N = S
+the draws hardly differ, so the mix would be ill-determined; 20 is a 5% sample's extrapolation).
+Pair sd then 0.0200 and 0.0025, mean within 0.0023 of the halves' own draw average. Simpler
+columns missed: one draw per replicate (the posterior's spread differs between halves, some
+flat, some wide: +0.013 in the mean over 8 replicates), the per-positive geometric mean or
+median of the draws (+0.007, +0.006 in the mean).
+
 Cost: 2 * splits estimator fits (R = 2 * splits replicates).
 
 Which distractors a half holds (what pairs two versions' replicates, :func:`split_key`): split i
@@ -60,6 +76,53 @@ def split_key(ss, *, splits: int, seed: int = SEED) -> str:
     return "sha256:" + h.hexdigest()
 
 
+CE_METRIC = ("AP", 1000, "expected")     # the measure a certainty equivalent matches
+CE_FACTOR = 20.0                         # ... at N = CE_FACTOR x S (module docstring)
+
+
+def point_column(est, n_ref: float) -> np.ndarray:
+    """The hardness column a re-estimate contributes as a replicate: its x, or with posterior
+    draws their certainty equivalent at gallery size ``n_ref`` (module docstring): per query,
+    the log-linear mix of two adjacent draws (ordered by the query's metric) whose
+    :data:`CE_METRIC` equals the draws' mean metric, one secant step on the mixing weight."""
+    if est.draws is None:
+        return est.x
+    from rscale.core import law
+
+    metric, k, mode = CE_METRIC
+    draws = np.maximum(est.draws, 1e-300)
+    offsets = est.offsets
+    q_of = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+
+    def per_query(x):
+        return law.per_query(law.Hardness.from_flat(x, offsets), metric, n_ref, k, mode)
+
+    m = np.stack([per_query(draws[:, j]) for j in range(draws.shape[1])], axis=1)   # (Q, D)
+    target = m.mean(axis=1)
+    order = np.argsort(m, axis=1, kind="stable")
+    ms = np.take_along_axis(m, order, axis=1)
+    lo = np.clip((ms <= target[:, None]).sum(axis=1) - 1, 0, m.shape[1] - 2)     # ms[lo] <= target <= ms[lo + 1]
+    rows = np.arange(m.shape[0])
+    a_col, b_col = order[rows, lo], order[rows, lo + 1]
+    m_a, m_b = ms[rows, lo], ms[rows, lo + 1]
+    la = np.log(draws[np.arange(draws.shape[0]), a_col[q_of]])
+    lb = np.log(draws[np.arange(draws.shape[0]), b_col[q_of]])
+
+    def mix(w):
+        return np.exp(la + w[q_of] * (lb - la))
+
+    span = np.where(m_b > m_a, m_b - m_a, 1.0)
+    w = np.clip((target - m_a) / span, 0.0, 1.0)
+    got = per_query(mix(w))                       # one secant step between w and the end it is short of
+    short = got < target
+    end_w = np.where(short, 1.0, 0.0)
+    end_m = np.where(short, m_b, m_a)
+    denom = end_m - got
+    step = np.where(np.abs(denom) > 1e-15, (target - got) / np.where(np.abs(denom) > 1e-15, denom, 1.0), 0.0)
+    w = np.clip(w + step * (end_w - w), 0.0, 1.0)
+    return mix(w)
+
+
 def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> np.ndarray:
     """(P, 2 * splits) half-sample hardness of every positive of ``ss`` (``method`` with its
     stored ``params``): columns 2i, 2i + 1 are the disjoint halves of split i."""
@@ -72,7 +135,8 @@ def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_
         raise InvalidArgumentError(f"replicates need at least 2 half-sample splits (4 replicates), got {splits}")
     kwargs = stored_params(method, params)
     out = np.empty((ss.n_positives, 2 * splits))
+    n_ref = CE_FACTOR * float(np.max(ss.n_sampled))
     for i in range(splits):
         for j, half in enumerate(split_halves(ss, seed=seed + i)):
-            out[:, 2 * i + j] = run(half, method, **kwargs).x
+            out[:, 2 * i + j] = point_column(run(half, method, **kwargs), n_ref)
     return out

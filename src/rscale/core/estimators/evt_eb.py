@@ -18,6 +18,9 @@ a probability that a new distractor beats it, averaged over what the sample leav
   excesses below the top m (those m right-censored at the (m+1)-th, c). The event conditioned on,
   s > s_(m+1), is the same for every candidate, so the scores compare; a threshold whose tail the
   top scores reject gets no weight.
+- ``shape_fit="censored"``: the posterior (and prior) that hardness uses is the held-out one,
+  the top ``held_out`` excesses entering only as "above the (m+1)-th", so a few far points (a
+  near-duplicate cluster) cannot make the shape heavy; the default uses every excess.
 - the count test (``count_test``): as in ``evt``, a positive whose own count c >= 1 rejects the
   tail value at that level (P(Poisson(S x) >= c) < count_test) keeps the count.
 
@@ -50,6 +53,8 @@ class EBConfig:
     xi_max: float = 0.1          # top of the shape grid (0: bounded and exponential tails only;
                                  # 0.1 chosen on the design set, docs/benchmarks.md)
     held_out: int = 10           # top scores each threshold candidate is scored on
+    shape_fit: str = "full"      # "full": posterior from every excess; "censored": the top
+                                 # held_out excesses enter only as "above the (m+1)-th"
     count_min: int = 5
     count_test: float = 0.01     # 0: off
     draws: int = 16              # > 0: posterior draws of x (shape quantiles, shared by a query's
@@ -62,6 +67,8 @@ class EBConfig:
             raise InvalidArgumentError(f"k_top must be at least 10, got {self.k_top}")
         if not 0.0 <= self.xi_max <= 1.0:
             raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {self.xi_max}")
+        if self.shape_fit not in ("full", "censored"):
+            raise InvalidArgumentError(f"shape_fit must be full or censored, got {self.shape_fit!r}")
         if self.held_out < 1:
             raise InvalidArgumentError(f"held_out must be >= 1, got {self.held_out}")
         if self.count_min < 1:
@@ -105,7 +112,7 @@ def _excesses(top, n_exc):
     return u, exc
 
 
-def tail_candidate(top, n_exc: int, held_out: int, grid):
+def tail_candidate(top, n_exc: int, held_out: int, grid, shape_fit: str = "full"):
     """One threshold candidate for every query: threshold, excesses, the full-data shape profile
     and EB posterior, and the held-out log score of the top ``held_out`` excesses."""
     u, exc = _excesses(top, n_exc)
@@ -123,6 +130,9 @@ def tail_candidate(top, n_exc: int, held_out: int, grid):
         log_s = gpd_logsf(c[:, None], grid[None, :], sig_t)
     ll_test = log_f - m * log_s
     score = log_marginal(ll_test, shape_posterior(ll_t, prior))
+    if shape_fit == "censored":
+        prior = fit_shape_prior(ll_t, grid)
+        sig, post = sig_t, shape_posterior(ll_t, prior)
     return {"u": u, "exc": exc, "sigma": sig, "post": post, "prior": prior,
             "n_u": np.sum(~np.isnan(exc), axis=1), "score": score}
 
@@ -143,7 +153,7 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     top = ss.top_scores[:, :k_top]
     grid = shape_grid(config.xi_max)
     sizes = candidate_sizes(k_top, config.q, held_out)
-    cands = [tail_candidate(top, n, held_out, grid) for n in sizes]
+    cands = [tail_candidate(top, n, held_out, grid, config.shape_fit) for n in sizes]
     scores = np.stack([c["score"] for c in cands], axis=1)              # (Q, T)
     fin = np.isfinite(scores)
     best = np.where(fin, scores, -np.inf).max(axis=1, keepdims=True)
