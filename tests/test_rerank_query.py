@@ -94,6 +94,23 @@ def test_query_answer_equals_predict_reranked(reg, mode):
         assert row["value"] != pytest.approx(w["first_stage"], abs=0.02)       # reranking changed the metric
 
 
+@pytest.mark.parametrize("ci_kind", ["benchmark", "population"])
+def test_predict_rerank_gives_the_query_answer_and_interval(reg, ci_kind, capsys):
+    """One mechanism: `rscale predict-rerank` on the sample stats a version was registered from
+    (estimated with `rscale estimate`'s defaults) prints the value, bounds and ci_kind that
+    `rscale query "... reranked@K'"` prints for that version, with the same defaults (the mode
+    per measure, the bootstrap's resamples and seed)."""
+    text = f"mAP@1000, R@1 at N=4e4,1e5 for sim_rr reranked@{DEPTH}"
+    ans = api.query(text, registry=reg["path"], ci_kind=ci_kind, bootstrap=300)["rows"]
+    assert main(["predict-rerank", str(reg["rr"]["sample"]), "--n", "4e4", "--n", "1e5", "--depth", str(DEPTH),
+                 "--metric", "mAP@1000", "--metric", "R@1", "--ci", ci_kind, "--bootstrap", "300",
+                 "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    key = ("measure", "N", "value", "ci_low", "ci_high", "ci_kind", "mode")
+    assert [tuple(r[k] for k in key) for r in got] == [tuple(r[k] for k in key) for r in ans]
+    assert all(r["ci_kind"] == ci_kind and r["ci_low"] < r["value"] < r["ci_high"] for r in got)
+
+
 def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
     """Replicate i = the whole reranked prediction on half i (the hardness replicate of that half,
     the joint tail of that half's reranked top): recomputed here from the sample stats and the
