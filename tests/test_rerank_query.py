@@ -114,7 +114,9 @@ def test_predict_rerank_gives_the_query_answer_and_interval(reg, ci_kind, capsys
 def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
     """Replicate i = the whole reranked prediction on half i (the hardness replicate of that half,
     the joint tail of that half's reranked top): recomputed here from the sample stats and the
-    hardness file, the t interval by scipy."""
+    hardness file, the t interval by scipy, and the realised gallery's outranking noise (z times
+    gallery_sd of the point prediction, tests/test_rerank_gallery_noise.py) added in quadrature."""
+    from rscale.core.rerank_replicates import gallery_sd
     from rscale.core.subsample import split_halves
     from rscale.store.hardness_file import read_hardness
     est, info = read_hardness(reg["rr"]["hardness"])
@@ -126,7 +128,12 @@ def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
             h = law.RerankedHardness.build(est.replicates[:, 2 * i + j], ss.pos_rerank, ss.pos_offsets, g, jt)
             reps.append(law.reranked_metric(h, "AP", N, DEPTH, depth=DEPTH, mode="plugin"))
     m = np.array(reps).reshape(8, 2)
-    half = stats.t.ppf(0.975, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))
+    g, jt = law.joint_from_top_smoothed(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
+    point = law.RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, g, jt)
+    gal = gallery_sd(point, "AP", N, DEPTH, depth=DEPTH)
+    assert gal > 0.2 * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))          # not negligible here
+    half = np.hypot(stats.t.ppf(0.975, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2)),
+                    stats.norm.ppf(0.975) * gal)
     [row] = api.query(f"mAP@1000 at N=4e4 for sim_rr reranked@{DEPTH}", registry=reg["path"])["rows"]
     assert row["mode"] == "plugin"                     # the first stage's per-measure default
     assert row["ci_low"] == pytest.approx(row["value"] - half, abs=1e-6)
