@@ -192,7 +192,8 @@ def test_cli_query_prints_the_reranked_column(reg, capsys):
     assert row["reranked"] == 1000
     assert main(["query", "mAP@1000 at N=1e5 for sim_rr reranked@1000", "-r", reg["path"]]) == 0
     out = capsys.readouterr().out
-    assert "reranked" in out and f"{row['value']:.4f}" in out
+    assert "reranked" in out and f"{row['value']:.4f}" in out and "ci_kind" in out and "benchmark" in out
+    assert row["ci_kind"] == "benchmark"
 
 
 def test_report_shows_first_stage_and_reranked_rows(reg):
@@ -202,6 +203,7 @@ def test_report_shows_first_stage_and_reranked_rows(reg):
     plain = [ln for ln in lines if ln.startswith("| sim_plain | sim-ilias |")]
     assert len(rr) == 2 and "| first stage |" in rr[0] and "| reranked@1000 |" in rr[1]
     assert len(plain) == 1 and "| first stage |" in plain[0]
+    assert "Intervals: 95%, ci_kind benchmark." in text and "its interval of ci_kind benchmark too" in text
     ans = api.query("mAP@1000 at N=4e4,1e5 for sim_rr reranked@1000", registry=reg["path"], bootstrap=200)
     cells = [c.strip() for c in rr[1].strip("|").split("|")][6:]
     assert cells[0].startswith("needs N >= ")                  # 1e4: the stored top does not reach K'

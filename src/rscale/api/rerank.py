@@ -187,7 +187,8 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, metho
             raise InvalidArgumentError(
                 f"K'={depth} at N={size:g} needs the rerank scores of the sample's top {depth / size:.3g} of the "
                 f"first-stage law; the stored ones reach {reach:.3g}" + (" (half-samples included)" if splits else "")
-                + f": rerank more of the sample's top candidates, or ask for N >= {depth / reach:.3g}")
+                + f": rerank more of the sample's top candidates, or ask for N >= {depth / reach:.3g}"
+                + (" (or replicates=0: no benchmark interval)" if splits else ""))
     answers = reranked_intervals(inp, est.x, reps, cells, depth=depth, ci_kind=ci_kind, level=level,
                                  bootstrap=bootstrap, seed=seed)
     return [{"measure": str(m), "n": size, "depth": depth, "value": float(pq.mean()), "ci_low": lo, "ci_high": hi,
