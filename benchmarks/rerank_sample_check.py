@@ -8,7 +8,7 @@ boxes; the check is of the prediction, whatever the reranker's quality).
 
 1. extract the sets (pooled, the checkpoint's processor), score the whole pool (fraction 1.0)
    keeping each query's top K' by id, and score a ``--fraction`` sample at each ``--seeds`` keeping
-   the top R = ceil(1.25 K' f) + 2;
+   the top R = ceil(2 K' f) + 2 (the halves of the benchmark interval reach the top K' too);
 2. truth: :func:`rscale.producers.rerank_sample.gallery_top_lists` (the gallery's top K', positives
    included) reranked by ``rscale rerank`` (mAP@K' and R@1 per query, ``rscale.core.metrics``);
 3. prediction: ``rerank_sample`` on each sample, then ``api.predict_reranked`` at N = the pool
@@ -139,7 +139,9 @@ def main(argv=None) -> dict:
     h = api.reranked_hardness(v2, estimate(v2, "count"), tail=False)
     plugin = {f"mAP@{depth}": float(law.reranked_per_query(h, "AP", n, depth, depth=depth, mode="plugin").mean()),
               "R@1": float(law.reranked_per_query(h, "R", n, 1, depth=depth, mode="plugin").mean())}
-    r = int(math.ceil(1.25 * depth * args.fraction)) + 2
+    # the benchmark interval's half-samples must reach the gallery's top K' too: a half keeps about
+    # half of the R reranked candidates (the fewest any query keeps), so twice the slice, not 1.25x
+    r = int(math.ceil(2.0 * depth * args.fraction)) + 2
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         scored(f"s{seed}", args.fraction, seed, r)
