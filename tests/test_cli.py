@@ -239,9 +239,6 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     assert "o2i run" in commands and "o2i stratify" in commands
     for name, command in commands.items():
         fmt = [p for p in command.params if "--format" in p.opts]
-        if name == "report":                      # markdown or HTML by the --out suffix
-            assert not fmt
-            continue
         (option,) = fmt
         assert isinstance(option.type, click.Choice) and "json" in option.type.choices, name
         assert option.default == option.type.choices[0]

@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rscale.errors import QuerySyntaxError
@@ -27,6 +27,10 @@ CANONICAL = [
     ("R@1 at N=1e8 for x on ilias RERANKED@50 expected", "R@1 at N=1e8 for x reranked@50 on ilias expected"),
     ("mAP@1000 at N=1e8 for x expected reranked@1000", "mAP@1000 at N=1e8 for x reranked@1000 expected"),
     ("mAP@1000 at N=1e8 for reranked_dinov3", "mAP@1000 at N=1e8 for reranked_dinov3"),   # a name, not the clause
+    # a paired difference: two backbones around vs (or a free-standing '-')
+    ("mAP@1000 at N=1e8 for dinov3_l VS dinov2_b", "mAP@1000 at N=1e8 for dinov3_l vs dinov2_b"),
+    ("mAP@1000 for a@v2 - b on x at N=1e8", "mAP@1000 at N=1e8 for a@v2 vs b on x"),
+    ("mAP@1000 at N=1e8 for a-b", "mAP@1000 at N=1e8 for a-b"),                          # a name with '-'
 ]
 
 
@@ -55,6 +59,10 @@ BAD = [
     ("mAP@1000 at N=1e8 for x reranked@10 reranked@20", "'reranked' appears twice"),
     ("mAP@1000 at N=1e8 for x reranked@10,20", "unexpected ',' in the reranked clause"),
     ("mAP@1000 at N=1e8 for x rerankd@100", "did you mean 'reranked'"),
+    ("mAP@1000 at N=1e8 for a, b vs c", "a paired difference compares two backbones: write 'for A vs B'"),
+    ("mAP@1000 at N=1e8 for a vs b - c", "a paired difference compares two backbones"),
+    ("mAP@1000 at N=1e8 for vs b", "expected a backbone name before 'vs'"),
+    ("mAP@1000 at N=1e8 for a -", "expected a backbone name after '-'"),
 ]
 
 
@@ -90,7 +98,7 @@ def test_caret_position():
 
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
-    lambda s: s not in ("at", "for", "on", "using", "expected", "plugin", "n", "reranked"))
+    lambda s: s not in ("at", "for", "on", "using", "expected", "plugin", "n", "reranked", "vs"))
 
 
 @given(st.lists(st.sampled_from([Measure("mAP", 1000), Measure("R", 1), Measure("MRR"), Measure("Recall", 50)]),
@@ -98,9 +106,11 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
        st.lists(st.integers(1, 10**12), max_size=3),
        st.lists(st.tuples(names, st.sampled_from([None, "v2", "released"])), min_size=1, max_size=3),
        st.one_of(st.none(), names), st.one_of(st.none(), st.sampled_from(["evt", "evt-paper", "count"])),
-       st.sampled_from([None, "expected", "plugin"]), st.one_of(st.none(), st.integers(1, 10**6)))
-def test_round_trip_property(measures, sizes, backbones, bench, est, mode, depth):
-    q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode, depth)
+       st.sampled_from([None, "expected", "plugin"]), st.one_of(st.none(), st.integers(1, 10**6)), st.booleans())
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])   # a loaded shared machine is no failure
+def test_round_trip_property(measures, sizes, backbones, bench, est, mode, depth, paired):
+    q = Query(tuple(measures), tuple(sizes), tuple(BackboneRef(n, v) for n, v in backbones), bench, est, mode, depth,
+              paired and len(backbones) == 2)
     assert parse(str(q)) == q
 
 

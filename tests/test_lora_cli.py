@@ -372,9 +372,6 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     entry["backbone"].update({"pooling": "cls", "preprocessing": "resize", "resolution": 32, "batch_size": 16})
     entry["images"].update({"root": "data/ilias", "distractors": "data/distractors"})
     entry["score"].update({"fraction": 0.5, "k": 40})
-    from test_rerank import save_owlv2                           # a tiny random OWLv2 for real_rerank
-    save_owlv2(repo / "ckpt" / "tiny_owl")
-    entry["rerank"].update({"detector": "ckpt/tiny_owl", "candidates": 20, "max_boxes": 2})
     params_file = repo / "params.yaml"
     params = yaml.safe_load(params_file.read_text())
     params["lora"].update({**TINY, "base": "vit-0", "data": "images-0"})
@@ -413,8 +410,9 @@ def test_fresh_clone_trains_merges_extracts_and_registers_the_adapted_model(tmp_
     lock = yaml.safe_load((repo / "pipelines" / "lora" / "dvc.lock").read_text())["stages"]
     assert {d["path"] for d in lock["train_lora"]["deps"]} >= {"vit-0", "images-0"}
     root_lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    assert {f"{s}@tiny_lora" for s in ("real_gallery", "real_queries", "real_score", "real_rerank", "real_estimate",
+    assert {f"{s}@tiny_lora" for s in ("real_gallery", "real_queries", "real_score", "real_estimate",
                                        "real_register")} <= set(root_lock)
+    assert "real_rerank@tiny_lora" not in root_lock            # no rerank_backbones entry: first stage only
     assert "out/lora/model" in {d["path"] for d in root_lock["real_gallery@tiny_lora"]["deps"]}
     assert "up to date" in sh(*dvc, "status", "--with-deps", "real_register@tiny_lora", cwd=repo)
     assert "up to date" in sh(*dvc, "status", "pipelines/lora/dvc.yaml", cwd=repo)

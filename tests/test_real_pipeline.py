@@ -70,8 +70,10 @@ def entry(root, model, **queries):
                          "batch_size": 16},
             "images": {"layout": "ilias", "root": f"{root}/ilias", "distractors": f"{root}/distractors"},
             "queries": {"intervention": "none", "crop": False, **queries},
-            "score": {"fraction": 0.5, "k": 40, "seed": 0},
-            "rerank": {"detector": "ckpt/tiny_owl", "candidates": 25, "max_boxes": 2}}
+            "score": {"fraction": 0.5, "k": 40, "seed": 0}}
+
+
+RERANK = {"detector": "ckpt/tiny_owl", "candidates": 25, "max_boxes": 2}
 
 
 @pytest.fixture()
@@ -90,6 +92,8 @@ def project(tmp_path):
     assert params["real_backbones"] == {}          # the committed default keeps `make demo` short
     params["estimate"]["evt"]["k_top"] = 40
     params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit")}
+    assert params["rerank_backbones"] == {}
+    params["rerank_backbones"] = {"tiny": dict(RERANK)}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = stage_env(tmp_path)
     init_dvc_project(tmp_path, env)
@@ -128,6 +132,7 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     rscale = [sys.executable, "-m", "rscale.cli"]
     run(dvc + ["repro"], path, env)
     assert json.loads((path / "out" / "registered" / "tiny.json").read_text())["ref"] == "tiny@v1"
+    assert json.loads((path / "out" / "registered" / "tiny.reranked.json").read_text())["ref"] == "tiny@v2"
     queries = DescriptorSet.open(path / "out" / "real" / "tiny" / "queries")
     distractors = DescriptorSet.open(path / "out" / "real" / "tiny" / "gallery" / "distractors")
     assert (queries.count, distractors.count) == (10, 120)
@@ -141,15 +146,19 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     assert got == truth and set(ss.n_sampled.tolist()) == {s} and 30 < s < 90
     assert ss.meta["backbone"] == "tiny" and ss.meta["distractor_source"] == "data/distractors"
     assert "tiny" in (path / "out" / "report.md").read_text()
-    # the reranked sample: each query's top 25 sampled candidates (kept by id by real_score) and its
-    # positives rescored by the crop reranker, in sample stats schema 2 next to the first stage's
+    # the reranked sample: each query's top 25 sampled candidates (kept by id by real_rerank's own
+    # scoring, the same sample stats as real_score's) and its positives rescored by the crop
+    # reranker, in sample stats schema 2 next to the first stage's
     from rscale.store.candidate_lists import read_candidates
+    again = read_sample_stats(path / "out" / "rerank" / "tiny" / "sample.parquet")
+    for field in ("query_ids", "pos_ids", "pos_offsets", "pos_scores", "pos_counts", "top_scores", "n_sampled"):
+        np.testing.assert_array_equal(getattr(again, field), getattr(ss, field), err_msg=field)
     rr = read_sample_stats(path / "out" / "sample_stats" / "tiny.reranked.parquet")
     assert rr.schema_version == 2 and rr.top_rerank.shape == (10, 25) and rr.pos_rerank.shape == (30,)
     np.testing.assert_array_equal(rr.top_scores, ss.top_scores)
     # the whole image is a region: no rerank score is below its first-stage score (fp16 regions)
     assert np.all(rr.pos_rerank >= rr.pos_scores - 2e-3) and np.all(rr.top_rerank >= rr.top_scores[:, :25] - 2e-3)
-    qids, gids, scores, _ = read_candidates(path / "out" / "sample_stats" / "tiny.candidates.parquet", 25)
+    qids, gids, scores, _ = read_candidates(path / "out" / "rerank" / "tiny" / "sample.candidates.parquet", 25)
     from rscale.score.sampling import in_sample
     assert in_sample(np.unique(gids), 0.5, 0).all() and np.all(np.char.startswith(gids.astype(str), "d"))
     predicted = json.loads(run(rscale + ["predict-rerank", "out/sample_stats/tiny.reranked.parquet", "--n", "120",
@@ -157,8 +166,8 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
                                          "json"], path, env))
     assert 0 <= predicted[0]["value"] <= 1
     assert (path / "out" / "region_cache" / "tiny" / "cache.json").exists()
-    # real_register registers the reranked sample: `dvc repro` gives a version that answers both
-    # stages, and the report shows both (a first-stage-only registration refused reranked@K)
+    # real_register_reranked registers the reranked sample as the next version: `dvc repro` gives a
+    # latest version that answers both stages, and the report shows both
     both = json.loads(run(rscale + ["query", "mAP@20 at N=120 for tiny reranked@20", "-r", "registry",
                                     "--format", "json"], path, env))
     assert both["rows"][0]["reranked"] == 20 and 0 <= both["rows"][0]["value"] <= 1
@@ -174,7 +183,7 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     assert "up to date" in run(dvc + ["status"], path, env)
     params["real_backbones"]["tiny"]["score"]["fraction"] = 0.25
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny", "real_rerank@tiny"}
     params["real_backbones"]["tiny"]["score"]["fraction"] = 0.5
     params["real_backbones"]["tiny"]["queries"]["intervention"] = "gp"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -183,14 +192,14 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     (path / "data" / "distractors.txt").write_text("".join(f"{p}\n" for p in sorted((path / "data" / "distractors").iterdir())))
     params["real_backbones"]["tiny"]["images"]["distractors"] = "data/distractors.txt"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_rerank@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny"}
     params = yaml.safe_load(original)
-    params["real_backbones"]["tiny"]["rerank"]["max_boxes"] = 3
+    params["rerank_backbones"]["tiny"]["max_boxes"] = 3
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
-    params["real_backbones"]["tiny"]["rerank"]["candidates"] = 20
+    params["rerank_backbones"]["tiny"]["candidates"] = 20
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny", "real_rerank@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
     params_file.write_text(original)
     # and the code a stage runs is one of its dependencies
     code = path / "src" / "rscale" / "producers" / "interventions.py"
@@ -203,10 +212,11 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     code.write_text(code.read_text().replace("\n# touched\n", ""))
     weights = path / "ckpt" / "tiny_vit" / "config.json"
     weights.write_text(weights.read_text() + "\n")
-    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_queries@tiny", "real_rerank@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny", "real_queries@tiny"}
     weights.write_text(weights.read_text()[:-1])
 
-    # adding a backbone is one entry: the folders layout, list files and a qrels CSV
+    # adding a backbone is one entry: the folders layout, list files and a qrels CSV; without a
+    # rerank_backbones entry it gets the first-stage stages only, registered from the plain sample
     lists = path / "data" / "lists"
     lists.mkdir()
     inst = sorted((path / "data" / "ilias").iterdir())
@@ -220,8 +230,16 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     params["real_backbones"]["tiny_lists"] = second
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {f"{s}@tiny_lists" for s in (
-        "real_gallery", "real_queries", "real_score", "real_rerank", "real_estimate", "real_register")}
+        "real_gallery", "real_queries", "real_score", "real_estimate", "real_register")}
     run(dvc + ["repro"], path, env)
+    assert "up to date" in run(dvc + ["status"], path, env)
+    assert not (path / "out" / "sample_stats" / "tiny_lists.reranked.parquet").exists()
+    plain = json.loads(run(rscale + ["query", "mAP@20 at N=120 for tiny_lists", "-r", "registry", "--format",
+                                     "json"], path, env))
+    assert 0 <= plain["rows"][0]["value"] <= 1
+    done = subprocess.run(rscale + ["query", "mAP@20 at N=120 for tiny_lists reranked@20", "-r", "registry"],
+                          cwd=path, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "has no rerank data" in done.stderr
     ss2 = read_sample_stats(path / "out" / "sample_stats" / "tiny_lists.parquet")
     assert ss2.n_queries == 10 and ss2.n_positives == 10 and ss2.meta["backbone"] == "tiny_lists"
     # the same images and model: each query's one positive scores as the ILIAS entry's p0 did
@@ -247,18 +265,18 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
 
 
 def test_entry_mistakes_are_one_line_errors(tmp_path):
-    from rscale.api.real_backbones import load_real_backbone
+    from rscale.api.real_backbones import load_real_backbone, load_rerank_group
     from rscale.cli import main
 
     tiny_vit(tmp_path / "ckpt")
     cfg = tmp_path / "params.yaml"
 
     def write(**overrides):
-        e = entry("data", "ckpt")
+        e, rr = entry("data", "ckpt"), dict(RERANK)
         for dotted, value in overrides.items():
             group, key = dotted.split("__")
-            e[group][key] = value
-        cfg.write_text(yaml.safe_dump({"real_backbones": {"b": e}}))
+            (rr if group == "rerank" else e[group])[key] = value
+        cfg.write_text(yaml.safe_dump({"real_backbones": {"b": e}, "rerank_backbones": {"b": rr}}))
 
     write()
     got = load_real_backbone(cfg, "b")
@@ -271,8 +289,6 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
                               (dict(images__layout="tree"), "layout must be one of ilias, folders"),
                               (dict(score__fraction=1.5), r"fraction must lie in \(0, 1\]"),
                               (dict(score__k=0), "score.k must be a whole number >= 1"),
-                              (dict(rerank__candidates=41), r"rerank.candidates must be a whole number in \[1, score.k=40\]"),
-                              (dict(rerank__detector=None), "rerank: give detector"),
                               (dict(backbone__pooling="max"), "pooling must be one of"),
                               (dict(queries__intervention="msa", backbone__pooling="mean"), "msa .* with pooling cls"),
                               (dict(backbone__model="mobilenet_v2_imagenet"), "is a builtin name: give a checkpoint"),
@@ -280,12 +296,39 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
         write(**override)
         with pytest.raises(FormatError, match=message):
             load_real_backbone(cfg, "b")
+    # the optional rerank group, rerank_backbones.b: checked when the rerank stage reads it
+    write()
+    got, rr = load_rerank_group(cfg, "b")
+    assert got.name == "b" and rr["detector"] == tmp_path / "ckpt" / "tiny_owl" and rr["candidates"] == 25
+    assert rr["cache"] == tmp_path / "out" / "region_cache" / "b"
+    for override, message in ((dict(rerank__candidates=41), r"rerank_backbones.b.candidates must be a whole number in "
+                                                             r"\[1, score.k=40\]"),
+                              (dict(rerank__detector=None), "rerank_backbones.b: give detector"),
+                              (dict(rerank__boxes=3), r"rerank_backbones.b: unknown key\(s\) \['boxes'\]")):
+        write(**override)
+        with pytest.raises(FormatError, match=message):
+            load_rerank_group(cfg, "b")
+    e = entry("data", "ckpt")
+    for doc, load, message in (
+            ({"real_backbones": {"b": {**e, "rerank": dict(RERANK)}}}, load_real_backbone,
+             "real_backbones.b.rerank: the rerank group is an entry of its own, rerank_backbones.b"),
+            ({"real_backbones": {"b": e}, "rerank_backbones": {"b": [1]}}, load_rerank_group,
+             "rerank_backbones.b must be a mapping"),
+            ({"real_backbones": {"b": e}, "rerank_backbones": {"c": dict(RERANK)}}, load_rerank_group,
+             "no entry 'b' under rerank_backbones"),
+            ({"real_backbones": {"a": e}, "rerank_backbones": {"b": dict(RERANK)}}, load_rerank_group,
+             "rerank_backbones.b names no real_backbones entry")):
+        cfg.write_text(yaml.safe_dump(doc))
+        with pytest.raises((FormatError, InvalidArgumentError), match=message):
+            load(cfg, "b")
+        rc = main(["rerank-backbone", "b", "--config", str(cfg), "-o", str(tmp_path / "rr.parquet")])
+        assert rc == 2 and not (tmp_path / "rr.parquet").exists()
     write()
     out = tmp_path / "out"
     rc = main(["extract-backbone", "b", "--part", "gallery", "--config", str(cfg), "-o", str(out)])
     assert rc == 2 and not out.exists()               # data/ilias is missing: refused, nothing written
     assert main(["extract-backbone", "b", "--part", "all", "--config", str(cfg), "-o", str(out)]) == 2
-    # reranking before the entry was scored: one line naming the missing sample stats, nothing written
+    # reranking before the entry was extracted: one line naming the missing descriptor sets, nothing written
     rc = main(["rerank-backbone", "b", "--config", str(cfg), "-o", str(tmp_path / "rr.parquet")])
     assert rc == 2 and not (tmp_path / "rr.parquet").exists()
 
@@ -315,6 +358,8 @@ def test_the_commented_example_in_params_yaml_is_a_valid_entry(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(cfg))
     got = load_real_backbone(tmp_path / "params.yaml", name)
     assert (got.name, got.pooling, got.layout, got.fraction) == ("mobilenet_v2_photos", "pooled", "ilias", 0.5)
+    from rscale.api.real_backbones import load_rerank_group
+    assert load_rerank_group(tmp_path / "params.yaml", name)[1]["candidates"] == 32
     assert got.root == tmp_path / "out" / "examples" / "photos" / "instances"
 
 

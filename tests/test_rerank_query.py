@@ -295,3 +295,17 @@ def test_a_reranked_plugin_query_loads_neither_pandas_nor_scipy(reg):
                                                       + sys.path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_reranked_expected_query_does_not_import_scipy_stats(reg):
+    """The expected mode uses scipy.special only: importing scipy.stats alone cost ~1.5 s of every
+    cold ``... reranked@1000`` query with R@1 (whose default mode is expected)."""
+    import subprocess
+    import sys
+    code = ("import sys; from rscale import api; "
+            f"api.query('mAP@1000, R@1 at N=4e4 for sim_rr reranked@1000 expected', registry={reg['path']!r}); "
+            "print(sorted(m for m in ('pandas', 'scipy.stats', 'pyarrow.dataset', 'torch') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(api.__file__).parents[2])]
+                                                      + sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -38,10 +38,10 @@ _HOME = {
     "o2i_registry": ("register_o2i",),
     "o2i_strata": ("stratify_by_o2i",),
     "querying": ("curve", "plot_curve", "query"),
-    "real_backbones": ("extract_real_backbone", "load_real_backbone", "rerank_real_backbone"),
+    "real_backbones": ("extract_real_backbone", "load_real_backbone", "load_rerank_group", "rerank_real_backbone"),
     "rerank": ("predict_reranked", "rerank", "rerank_sample", "rerank_settings", "reranked_hardness"),
     "registry": ("diff", "export", "gc", "import_", "lineage", "list_registered", "list_versions", "register",
-                 "registration_summary", "report", "show", "tag", "verify"),
+                 "registration_summary", "report", "report_rows", "show", "tag", "verify"),
     "scoring": ("extract", "make_descriptor_sets", "read_qrels", "score"),
 }
 _WHERE = {name: module for module, names in _HOME.items() for name in names}

@@ -10,7 +10,8 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     """Answer a query from stored hardness: rows of predictions with intervals of kind
     ``ci_kind`` (``benchmark`` or ``population``, :mod:`rscale.core.interval`), plus warnings.
     A ``reranked@K'`` query answers the metric after reranking each version's first-stage top K'
-    from the reranked input stored with it (:func:`reranked_answers`); its rows carry ``reranked``."""
+    from the reranked input stored with it (:func:`reranked_answers`); its rows carry ``reranked``.
+    A ``for A vs B`` query answers the paired difference A - B (:func:`rscale.api.paired.paired_answer`)."""
     from rscale.core.backtest import backtest_fields
     from rscale.core.interval import check_ci_kind
     from rscale.core.prediction import resolve_mode
@@ -29,6 +30,10 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     estimator = q.estimator or "evt"
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
     _known_estimator(estimator, catalog)
+    if q.paired:                                    # for A vs B: the paired difference (rscale.api.paired)
+        from rscale.api.paired import paired_answer
+        return paired_answer(q, reg, catalog=catalog, estimator=estimator, bootstrap=bootstrap, seed=seed,
+                             level=level, ci_kind=ci_kind)
     for ref in q.backbones:
         versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     # rows and per-query values are keyed by the version's series and number (one backbone may be
@@ -224,6 +229,9 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
                                f"(e.g. \"{q} at N=1e8\" with the sizes after the measures): {q}")
     if not q.backbones:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' (query: {q})")
+    if q.paired:
+        raise QuerySyntaxError(f"curve draws each backbone's own metric; ask rscale query for a paired difference "
+                               f"(e.g. \"{q} at N=1e8\"), or list the backbones with commas: {q}")
     if n_range is not None:
         try:
             lo_s, hi_s = (parse_size(p) for p in n_range.split(".."))

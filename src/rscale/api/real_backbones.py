@@ -4,7 +4,9 @@ An entry names a local checkpoint, its preprocessing, the images (an ILIAS tree 
 folders or lists with a qrels file, and a distractor folder or list), the query-side intervention
 and the scoring settings, in four sub-mappings, so each DVC stage reads only the ones it needs
 (dvc.yaml: ``real_gallery`` and ``real_queries`` run ``rscale extract-backbone``, then
-``real_score`` / ``real_rerank`` / ``real_estimate`` / ``real_register``)::
+``real_score`` / ``real_estimate`` / ``real_register``). Reranking is optional: an entry of the
+same name under ``rerank_backbones:`` (its own mapping, because a DVC ``foreach`` cannot skip
+items) adds ``real_rerank`` and ``real_register_reranked``::
 
     real_backbones:
       my_vit:                                  # the registered name (+ "-gp" / "-msa" under an intervention)
@@ -12,17 +14,21 @@ and the scoring settings, in four sub-mappings, so each DVC stage reads only the
         images: {layout: ilias, root: data/ilias, distractors: data/distractors}
         queries: {intervention: none, crop: false}
         score: {fraction: 0.05, k: 1000, seed: 0}
-        rerank: {detector: ckpt/owlv2, candidates: 63}   # top 63 = K' 1000 x 0.05 x 1.25 reranked
+    rerank_backbones:                          # optional, keyed by real_backbones names
+      my_vit: {detector: ckpt/owlv2, candidates: 63}   # top 63 = K' 1000 x 0.05 x 1.25 reranked
 
 ``layout: folders``: ``root`` holds ``queries`` and ``positives`` (each an image folder or a
 ``.txt`` list of image paths) and ``qrels.csv`` or ``qrels.parquet`` (query_id, positive_id; ids
 are the image paths relative to their folder, without suffix, or as written in the list).
 Paths are relative to the params file's folder. The gallery (positives, distractors, qrels) and
 the queries are written by separate stages, so an intervention ablation re-extracts only the
-queries. ``rerank``: the OWLv2 checkpoint folder, ``candidates`` R (each query's top R sampled
-distractors the scoring keeps by id and the reranker rescores, with the positives), the region
-cache (default ``out/region_cache/<name>``) and the reranker's settings (``rscale.api.rerank``'s
-keys); ``real_rerank`` writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2).
+queries. ``rerank_backbones.<name>``: the OWLv2 checkpoint folder, ``candidates`` R (each
+query's top R sampled distractors kept by id and rescored by the reranker, with the positives),
+the region cache (default ``out/region_cache/<name>``) and the reranker's settings
+(``rscale.api.rerank``'s keys); ``real_rerank`` scores the entry's sample again keeping the
+candidates (``out/rerank/<name>/``: the same sample, scores and counts, and the candidate
+lists) and writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2), which
+``real_register_reranked`` registers as the entry's next version (with its reranked input).
 The converted ImageNet MobileNetV2 is a checkpoint folder like any other
 (``examples/real_backbone_inputs.py`` writes it and a small photo set; the README's example).
 """
@@ -35,17 +41,17 @@ from pathlib import Path
 from rscale.errors import FormatError, InvalidArgumentError
 
 SECTION = "real_backbones"
+RERANK_SECTION = "rerank_backbones"
 PARTS = ("gallery", "queries")
 LAYOUTS = ("ilias", "folders")
 INTERVENTIONS = ("none", "gp", "msa")
 _GROUPS = {"backbone": ("model", "pooling", "preprocessing", "resolution", "batch_size"),
            "images": ("layout", "root", "distractors"),
            "queries": ("intervention", "crop"),
-           "score": ("fraction", "k", "seed"),
-           "rerank": ("detector", "candidates", "cache", "first_stage_weight", "max_boxes", "nms_iou",
-                      "min_objectness", "min_side", "resolution", "batch_size", "shard_size")}
-_REQUIRED = {"backbone": ("model",), "images": ("root", "distractors"), "queries": (), "score": ("fraction", "k", "seed"),
-             "rerank": ("detector", "candidates")}
+           "score": ("fraction", "k", "seed")}
+_REQUIRED = {"backbone": ("model",), "images": ("root", "distractors"), "queries": (), "score": ("fraction", "k", "seed")}
+_RERANK_KEYS = ("detector", "candidates", "cache", "first_stage_weight", "max_boxes", "nms_iou", "min_objectness",
+                "min_side", "resolution", "batch_size", "shard_size")
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,6 @@ class RealBackbone:
     fraction: float
     k: int
     seed: int
-    rerank: dict            # the rerank sub-mapping as written (rerank_real_backbone checks it)
 
     @property
     def registered_name(self) -> str:
@@ -96,6 +101,9 @@ def load_real_backbone(config, name: str) -> RealBackbone:
     entry = section[name]
     if not isinstance(entry, dict):
         raise FormatError(f"{_where(name)} must be a mapping with {', '.join(_GROUPS)}", path=str(config))
+    if "rerank" in entry:
+        raise FormatError(f"{_where(name)}.rerank: the rerank group is an entry of its own, {RERANK_SECTION}.{name} "
+                          "(the same keys), so that entries without one skip the rerank stages", path=str(config))
     bad = sorted(set(entry) - set(_GROUPS))
     if bad:
         raise FormatError(f"{_where(name)}: unknown key(s) {bad} (known: {', '.join(_GROUPS)})", path=str(config))
@@ -113,7 +121,6 @@ def load_real_backbone(config, name: str) -> RealBackbone:
             raise FormatError(f"{_where(name)}.{group}: give {', '.join(missing)}", path=str(config))
         groups[group] = value
     b, im, q, s = groups["backbone"], groups["images"], groups["queries"], groups["score"]
-    rr = groups["rerank"]
     base = Path(config).parent
 
     def path(value) -> Path:
@@ -166,18 +173,50 @@ def load_real_backbone(config, name: str) -> RealBackbone:
     return RealBackbone(name, model, pooling, preprocessing, resolution,
                         whole("backbone", "batch_size", b.get("batch_size", 32), 1), layout, path(im["root"]),
                         path(im["distractors"]), intervention, crop, float(fraction), whole("score", "k", s["k"], 1),
-                        whole("score", "seed", s["seed"], 0), _rerank_group(name, rr, s["k"], config, path))
+                        whole("score", "seed", s["seed"], 0))
 
 
-def _rerank_group(name: str, rr: dict, k: int, config, path) -> dict:
-    """The entry's rerank sub-mapping: candidates R in [1, score.k], paths resolved (the cache
-    defaults to out/region_cache/<name> next to the params file)."""
-    r = rr["candidates"]
-    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= k:
-        raise FormatError(f"{_where(name)}.rerank.candidates must be a whole number in [1, score.k={k}] (the top "
-                          f"sampled distractors reranked per query; about K' x fraction, with a margin), got {r!r}",
+def load_rerank_group(config, name: str) -> tuple[RealBackbone, dict]:
+    """(the ``real_backbones.<name>`` entry, its ``rerank_backbones.<name>`` group): candidates R
+    in [1, score.k], paths resolved (the cache defaults to out/region_cache/<name> next to the
+    params file). Refused in one line: no such group, a group naming no real_backbones entry,
+    unknown or missing keys."""
+    from rscale.api.config import load_config
+
+    section = load_config(config).get(RERANK_SECTION) or {}
+    where = f"{RERANK_SECTION}.{name}"
+    if not isinstance(section, dict):
+        raise FormatError(f"'{RERANK_SECTION}' must be a mapping of real_backbones name -> rerank settings",
                           path=str(config))
-    return {**rr, "detector": path(rr["detector"]), "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
+    if name not in section:
+        raise InvalidArgumentError(f"no entry '{name}' under {RERANK_SECTION}: in {config} (entries: "
+                                   f"{', '.join(sorted(section)) or 'none'}); add one to rerank this backbone")
+    rr = section[name]
+    if not isinstance(rr, dict):
+        raise FormatError(f"{where} must be a mapping ({', '.join(_RERANK_KEYS)})", path=str(config))
+    bad = sorted(set(rr) - set(_RERANK_KEYS))
+    if bad:
+        raise FormatError(f"{where}: unknown key(s) {bad} (known: {', '.join(_RERANK_KEYS)})", path=str(config))
+    missing = [k for k in ("detector", "candidates") if rr.get(k) is None]
+    if missing:
+        raise FormatError(f"{where}: give {', '.join(missing)}", path=str(config))
+    try:
+        entry = load_real_backbone(config, name)
+    except InvalidArgumentError:
+        raise FormatError(f"{where} names no {SECTION} entry: add {SECTION}.{name} or remove {where}",
+                          path=str(config)) from None
+    r = rr["candidates"]
+    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= entry.k:
+        raise FormatError(f"{where}.candidates must be a whole number in [1, score.k={entry.k}] (the top sampled "
+                          f"distractors reranked per query; about K' x fraction, with a margin), got {r!r}",
+                          path=str(config))
+    base = Path(config).parent
+
+    def path(value) -> Path:
+        p = Path(str(value))
+        return p if p.is_absolute() else base / p
+
+    return entry, {**rr, "detector": path(rr["detector"]), "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
 
 
 def _sides(entry: RealBackbone):
@@ -252,9 +291,11 @@ def extract_real_backbone(config, name: str, *, part: str, out, progress: bool =
 
 
 def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> dict:
-    """Rerank one ``real_backbones`` entry's scored sample (``out/sample_stats/<name>.parquet`` and
-    its ``.candidates.parquet``, from the stage real_score) into ``out``: sample stats schema 2 with
-    the rerank scores of each query's top candidates and of its positives (the stage real_rerank)."""
+    """Rerank one ``real_backbones`` entry with its ``rerank_backbones`` group into ``out``: sample
+    stats schema 2 with the rerank scores of each query's top candidates and of its positives (the
+    stage real_rerank). The entry's sample is scored again from its descriptor sets with the same
+    fraction, seed and k, keeping each query's top R candidates by id (``out/rerank/<name>/``);
+    the sample stats are those of real_score (tests/test_real_pipeline.py)."""
     from dataclasses import fields
 
     from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
@@ -264,17 +305,20 @@ def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> di
 
     proposal_keys = tuple(f.name for f in fields(ProposalParams))
 
-    entry = load_real_backbone(config, name)
-    rr = entry.rerank
+    entry, rr = load_rerank_group(config, name)
     base = Path(config).parent
-    sample = base / "out" / "sample_stats" / f"{name}.parquet"
+    gallery = base / "out" / "real" / name / "gallery"
     queries = base / "out" / "real" / name / "queries"
-    for what, p in (("sample stats", sample), ("query set", queries)):
+    for what, p in (("gallery descriptor sets", gallery), ("query set", queries)):
         if not p.exists():
             raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
                               hint="run the stages before real_rerank (dvc repro real_rerank@" + name + ")")
     s = api.rerank_settings(**{k: rr.get(k) for k in proposal_keys + ("first_stage_weight", "batch_size", "shard_size")})
     _, positives, _ = _sides(entry)
+    sample = base / "out" / "rerank" / name / "sample.parquet"
+    sample.parent.mkdir(parents=True, exist_ok=True)
+    api.score(queries, gallery / "positives", qrels=gallery / "qrels.parquet", distractors_dir=gallery / "distractors",
+              out=sample, fraction=entry.fraction, seed=entry.seed, k=entry.k, candidates=int(rr["candidates"]))
     return rerank_sample(sample, queries, [(i, p) for i, p, *_ in image_items(entry.distractors)],
                          [(i, p) for i, p, *_ in positives], rr["detector"], entry.model, rr["cache"], out,
                          first_stage_weight=float(s["first_stage_weight"]),

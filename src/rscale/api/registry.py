@@ -20,12 +20,14 @@ def registration_summary(hardness, sample_stats=None, *, tail_fits=None) -> dict
     from rscale.errors import RscaleError
     from rscale.store.hardness_file import read_hardness
 
-    est, _info = read_hardness(hardness)
+    est, info = read_hardness(hardness)
     summary = {"queries": int(est.n_sampled.size), "positives": int(est.x.size),
                "S_min": int(est.n_sampled.min()), "S_max": int(est.n_sampled.max()),
                "rules": {k: round(v, 4) for k, v in rule_shares(est).items()},
                "draws": 0 if est.draws is None else int(est.draws.shape[1]),
                "replicates": 0 if est.replicates is None else int(est.replicates.shape[1])}
+    if est.replicates is not None and info["replicates"].get("split_key"):
+        summary["split_key"] = info["replicates"]["split_key"]    # versions with one key pair (for A vs B)
     if sample_stats is None:
         return summary
     from rscale.core.budget import budget_check
@@ -69,7 +71,7 @@ def check_name(kind: str, name: str, *, flag: str = "") -> str:
     raise InvalidArgumentError(
         f"{kind} name {name!r} cannot be named in a query: use letters, digits and _ . -{hint}; "
         f"no spaces, '/', '@', ',', '=' or glob characters ({' '.join(GLOB_CHARS)}), and not a query word "
-        f"({', '.join(KEYWORDS + MODES + (RERANKED,))})")
+        f"({', '.join(KEYWORDS + MODES + (RERANKED, 'vs'))})")
 
 
 def _nameable(kind: str, text: str) -> bool:
@@ -244,36 +246,61 @@ def gc(registry=None, *, grace_s: float = 3600.0, dry_run: bool = True) -> dict:
     return Registry.locate(registry).gc(grace_s=grace_s, dry_run=dry_run)
 
 
-def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark",
-           rerank_depth: int = 1000) -> str:
-    """A markdown summary of a registry: latest version of every series x measures x sizes. A
-    version registered with rerank data gets a second row, the same measure after reranking its
-    first-stage top ``rerank_depth`` (K'), right under its first-stage row; a cell whose N the
-    stored rerank scores do not reach at that K' says so."""
+def report_rows(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark",
+                rerank_depth: int = 1000) -> list[dict]:
+    """The rows of :func:`report`: for the latest version of every series, each measure at each
+    size, the row ``rscale query`` answers for it (the same interval, its ``ci_kind``), with
+    ``stage`` ``first stage``; a version registered with rerank data adds the rows after reranking
+    its first-stage top ``rerank_depth`` (``stage`` ``reranked@K'``) at the sizes the stored rerank
+    scores reach (the others: a row with ``needs_n`` and no value)."""
     from rscale.query.grammar import format_size
     from rscale.store.registry import Registry
 
     reg = Registry.locate(registry)
     versions = [v for v in reg.versions() if "latest" in v.tags]
+    rows = []
+    for m in measures:
+        for v in versions:
+            ref = f"for {v.backbone}@v{v.version}"
+            where = f"on {v.benchmark} using {v.estimator}"
+            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} {ref} {where}", registry,
+                        ci_kind=ci_kind)
+            rows += [{**r, "stage": "first stage", "S": v.summary.get("S_max", 0)} for r in ans["rows"]]
+            if v.rerank:
+                rows += [{**r, "S": v.summary.get("S_max", 0)}
+                         for r in _reranked_rows(reg, v, m, sizes, ref, where, rerank_depth, registry, ci_kind)]
+    return rows
+
+
+def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9), ci_kind: str = "benchmark",
+           rerank_depth: int = 1000) -> str:
+    """A markdown summary of a registry: latest version of every series x measures x sizes
+    (:func:`report_rows`). A version registered with rerank data gets a second row, the same
+    measure after reranking its first-stage top ``rerank_depth`` (K'), right under its first-stage
+    row; a cell whose N the stored rerank scores do not reach at that K' says so."""
+    from rscale.query.grammar import format_size
+    from rscale.query.measures import Measure
+    from rscale.store.registry import Registry
+
+    reg = Registry.locate(registry)
+    versions = [v for v in reg.versions() if "latest" in v.tags]
+    rows = report_rows(registry, measures, sizes=sizes, ci_kind=ci_kind, rerank_depth=rerank_depth)
     lines = [f"# rscale report: {reg.root}", "", f"Intervals: 95%, ci_kind {ci_kind}.", ""]
     reranked_rows = False
     for m in measures:
         lines += [f"## {m}", "", "| backbone | benchmark | estimator | version | S | stage | "
                   + " | ".join(f"N={format_size(int(n))}" for n in sizes) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(sizes)]
+        measure = str(Measure.parse(m))
         for v in versions:
-            ref = f"for {v.backbone}@v{v.version}"
-            where = f"on {v.benchmark} using {v.estimator}"
-            ans = query(f"{m} at N={','.join(format_size(int(n)) for n in sizes)} {ref} {where}", registry,
-                        bootstrap=200, ci_kind=ci_kind)
-            cells = [_report_cell(r) for r in ans["rows"]]
             head = f"| {v.backbone} | {v.benchmark} | {v.estimator} | v{v.version} | {v.summary.get('S_max', 0):,} |"
-            lines.append(f"{head} first stage | " + " | ".join(cells) + " |")
-            if v.rerank:
-                reranked_rows = True
-                lines.append(f"{head} reranked@{rerank_depth} | "
-                             + " | ".join(_reranked_cells(reg, v, m, sizes, ref, where, rerank_depth, registry,
-                                                          ci_kind)) + " |")
+            mine = [r for r in rows if r["measure"] == measure and r["backbone"] == v.backbone
+                    and r["version"] == f"v{v.version}" and r["benchmark"] == v.benchmark
+                    and r["estimator"] == v.estimator]
+            for stage in dict.fromkeys(r["stage"] for r in mine):
+                reranked_rows |= stage != "first stage"
+                lines.append(f"{head} {stage} | " + " | ".join(_report_cell(r) for r in mine if r["stage"] == stage)
+                             + " |")
         lines.append("")
     if reranked_rows:
         lines += [f"reranked@{rerank_depth}: the metric after reranking each query's first-stage top {rerank_depth}, "
@@ -290,27 +317,35 @@ def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9),
 
 
 def _report_cell(row: dict) -> str:
+    if "needs" in row:                       # a reranked cell the stored rerank scores do not reach
+        return row["needs"]
     return f"{row['value']:.4f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
-def _reranked_cells(reg, v, measure: str, sizes, ref: str, where: str, depth: int, registry, ci_kind: str) -> list:
-    """The reranked row's cells: answered where the stored rerank scores reach K' at N, else what N they need."""
+def _reranked_rows(reg, v, measure: str, sizes, ref: str, where: str, depth: int, registry, ci_kind: str) -> list:
+    """The reranked rows of one version and measure: answered where the stored rerank scores reach
+    K' at N, else a row saying what N they need (``needs_n``) or that the cut-off exceeds K'."""
     from rscale.core.rerank_replicates import supported_depth
     from rscale.query.grammar import format_size
     from rscale.query.measures import Measure
 
-    k = Measure.parse(measure).k
-    if k is None or k > depth:
-        return [f"needs a cut-off <= {depth}"] * len(sizes)
+    m = Measure.parse(measure)
+    stage = f"reranked@{depth}"
+    base = {"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark, "measure": str(m),
+            "estimator": v.estimator, "stage": stage, "reranked": depth, "ci_kind": ci_kind,
+            "value": None, "ci_low": None, "ci_high": None}
+    if m.k is None or m.k > depth:
+        return [{**base, "N": int(n), "needs_n": None, "needs": f"needs a cut-off <= {depth}"} for n in sizes]
     inp, _info = reg.read_reranked(v)
     reach = min(float(s.reach.min()) for s in inp.sets)
     ok = [n for n in sizes if supported_depth(inp, n) >= depth]
     answers = {}
     if ok:
         ans = query(f"{measure} at N={','.join(format_size(int(n)) for n in ok)} {ref} reranked@{depth} {where}",
-                    registry, bootstrap=200, ci_kind=ci_kind)
-        answers = {r["N"]: _report_cell(r) for r in ans["rows"]}
-    return [answers.get(int(n), f"needs N >= {depth / reach:.3g}") for n in sizes]
+                    registry, ci_kind=ci_kind)
+        answers = {r["N"]: {**r, "stage": stage} for r in ans["rows"]}
+    return [answers.get(int(n)) or {**base, "N": int(n), "needs_n": depth / reach, "needs": f"needs N >= {depth / reach:.3g}"}
+            for n in sizes]
 
 
 def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict:

@@ -8,7 +8,7 @@ import sys
 import click
 import typer
 
-TEXT, TABLE, JSON, CSV, PLOT = "text", "table", "json", "csv", "plot"
+TEXT, TABLE, JSON, CSV, PLOT, MARKDOWN = "text", "table", "json", "csv", "plot", "markdown"
 
 
 def format_option(*choices: str, help: str | None = None):

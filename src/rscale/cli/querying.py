@@ -20,6 +20,8 @@ from rscale.cli.options import (
 
 QUERY_COLUMNS = ["backbone", "version", "measure", "N", "value", "ci_low", "ci_high", "ci_kind",
                  "estimator", "extrapolation"]
+PAIRED_COLUMNS = ["backbone", "version", "versus", "versus_version", "measure", "N", "value", "ci_low", "ci_high",
+                  "ci_kind", "value_a", "value_b", "estimator", "extrapolation"]     # value: A - B
 
 
 def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dinov3_l"'),
@@ -39,10 +41,17 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
     if fmt == output.TABLE:
         typer.echo(f"query: {ans['query']}")
     reranked = ["reranked"] if any("reranked" in r for r in ans["rows"]) else []
-    output.print_rows(ans["rows"], fmt, QUERY_COLUMNS[:3] + reranked + QUERY_COLUMNS[3:])
+    paired = any("versus" in r for r in ans["rows"])
+    output.print_rows(ans["rows"], fmt, PAIRED_COLUMNS if paired else QUERY_COLUMNS[:3] + reranked + QUERY_COLUMNS[3:])
     if fmt == output.TABLE:
         for r in ans["rows"]:
-            if r.get("backtest_factor"):
+            if paired and r.get("backtest_at_n") is not None:
+                said = (f"predicting the sample from 1/{r['backtest_factor']} of it was off by "
+                        f"{r['backtest_error']:+.4f} in the difference; " if r.get("backtest_factor") else "")
+                typer.echo(f"back-test, {r['backbone']}@{r['version']} - {r['versus']}@{r['versus_version']} "
+                           f"{r['measure']} at N={r['N']:.3g}: {said}at {r['extrapolation']:.3g}x the difference's "
+                           f"term is {r['backtest_at_n']:+.4f}")
+            elif r.get("backtest_factor"):
                 typer.echo(f"back-test, {r['backbone']}@{r['version']} {r['measure']} at N={r['N']:.3g}: predicting the "
                            f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; at "
                            f"{r['extrapolation']:.3g}x that is {r['backtest_at_n']:+.4f}, and the interval reaches "
@@ -113,12 +122,21 @@ def report(out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write m
            metric: list[str] = typer.Option(["mAP@1000"], "--metric"),
            n: list[str] = typer.Option(["1e6", "1e7", "1e8", "1e9"], "--n"),
            ci: str = ci_option(),
+           fmt: str = output.format_option(output.MARKDOWN, output.JSON, help="markdown (or HTML by --out's suffix) "
+                                           "or json: the report's rows, each the row rscale query answers."),
            registry: Optional[Path] = registry_option()):
     """Summarise a registry: backbones x gallery sizes, with estimator diagnostics (markdown or HTML)."""
     from rscale import api
 
     output_file(out)
-    text = api.report(registry, measures=metric, sizes=[float(gallery_size(v)) for v in n], ci_kind=ci)
+    sizes = [float(gallery_size(v)) for v in n]
+    if fmt == output.JSON:
+        from rscale.errors import InvalidArgumentError
+        if out is not None:
+            raise InvalidArgumentError("--format json prints the rows; --out writes markdown or HTML: give one of them")
+        output.print_json({"ci_kind": ci, "rows": api.report_rows(registry, measures=metric, sizes=sizes, ci_kind=ci)})
+        return
+    text = api.report(registry, measures=metric, sizes=sizes, ci_kind=ci)
     if out is None:
         typer.echo(text)
         return

@@ -25,9 +25,18 @@ correction of the point measured worse on the simulator). The rule was chosen on
 design set among quadrature (sqrt((t sd)^2 + e^2) each side), a shift to v - e, and this union
 (benchmarks/backtest_rule.py, docs/benchmarks.md).
 
-Bounds are clipped to [0, 1] (every metric rscale predicts lies there). A hardness without
+Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
+[-1, 1]). A hardness without
 replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
 is the query bootstrap alone, and callers say so.
+
+A paired difference of two versions A - B (:func:`difference_intervals`) is the same interval of
+the per-query differences: replicate r of A minus replicate r of B, point minus point, back-test
+error of A minus that of B. Pairing is valid only when replicate r of both was made from the
+same half of the same distractors (:func:`rscale.core.replicates.split_key`); then what the two
+estimates share (the tail fit of the same top scores, the same sampled distractors) cancels in
+each pair's difference, and the population term's query bootstrap resamples the per-query
+differences, the same queries for both.
 
 Example: ``metric_intervals(pq, reps, ci_kind="benchmark")`` for pq (C, Q) and reps (C, R, Q)
 returns (values, lo, hi), each (C,).
@@ -79,11 +88,12 @@ _T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
-                     bootstrap: int = 1000, seed: int = 0, backtest=None, gallery_sd=None):
+                     bootstrap: int = 1000, seed: int = 0, backtest=None, bounds=(0.0, 1.0), gallery_sd=None):
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
     (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
     back-test error e(f) (NaN: none); the interval is the union of those around v and v - e.
+    ``bounds``: where the bounds are clipped ((-1, 1) for a difference of two metrics).
     ``gallery_sd`` (C,): the sd over galleries of the realised value itself, a source the
     replicates do not carry (the reranked metric's outranking noise,
     :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
@@ -120,7 +130,7 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
             rep = np.nan_to_num(half)
             lo = low_end - np.hypot(value - b_lo, rep)
             hi = high_end + np.hypot(b_hi - value, rep)
-    return value, np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return value, np.clip(lo, *bounds), np.clip(hi, *bounds)
 
 
 def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
@@ -130,6 +140,42 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     the file's :class:`rscale.core.backtest.Backtest` (None: no back-test term); the fourth item
     is the cell's :class:`rscale.core.backtest.BacktestError` or None (f <= 1, in-pool, nothing
     stored)."""
+    pqs, reps, bts = _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest)
+    shift = np.array([np.nan if b is None else b.at_n for b in bts])
+    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                 backtest=shift)
+    return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
+
+
+def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
+                         bootstrap: int = 1000, seed: int = 0, backtest_a=None, backtest_b=None):
+    """Per (metric, k, N) cell: (per-query values of A, of B, low, high, back-test of A, of B) of
+    the paired interval of kind ``ci_kind`` (module docstring): replicate r of A minus replicate r
+    of B, the query bootstrap on the per-query differences, and the back-test term e_A(f) - e_B(f)
+    under the same union rule (none unless both sides have one: one side's error alone is not the
+    difference's). The caller checks that the two
+    estimates' replicates pair (the same split key) and that their queries are the same, in the
+    same order; here they must have the same shape."""
+    if est_a.offsets.size != est_b.offsets.size:
+        raise InvalidArgumentError(f"a paired difference needs the same queries on both sides, got "
+                                   f"{est_a.offsets.size - 1} and {est_b.offsets.size - 1}")
+    pa, ra, ba = _cell_predictions(est_a, cells, mode, ci_kind, bootstrap, None, backtest_a)
+    pb, rb, bb = _cell_predictions(est_b, cells, mode, ci_kind, bootstrap, None, backtest_b)
+    reps = None
+    if ra is not None and rb is not None:
+        if ra.shape != rb.shape:
+            raise InvalidArgumentError(f"paired replicates need as many on both sides, got {ra.shape[1]} and "
+                                       f"{rb.shape[1]}")
+        reps = ra - rb
+    shift = np.array([np.nan if a is None or b is None else a.at_n - b.at_n for a, b in zip(ba, bb)])
+    _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                 backtest=shift, bounds=(-1.0, 1.0))
+    return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
+
+
+def _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest):
+    """(per-query points (C, Q), per-query replicates (C, R, Q) or None, back-test errors (C,) of
+    BacktestError or None) of one estimate's cells."""
     from rscale.core.backtest import backtest_error
     from rscale.core.prediction import predict_per_query, replicate_per_query
 
@@ -144,7 +190,4 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     bts = [None if in_pool_counts is not None else backtest_error(est, backtest, metric, k, mode, factor=n / s_ref,
                                                                   cache=cache)
            for metric, k, n in cells]
-    shift = np.array([np.nan if b is None else b.at_n for b in bts])
-    _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=shift)
-    return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
+    return pqs, reps, bts

@@ -22,6 +22,17 @@ already carry a second time (docs/benchmarks.md).
 
 Cost: 2 * splits estimator fits (R = 2 * splits replicates).
 
+Which distractors a half holds (what pairs two versions' replicates, :func:`split_key`): split i
+thins each query's top-K list by position with the generator seeded ``seed + i`` (the same
+kept positions for any sample of the same Q and K) and the sampled distractors beyond the list by
+Binomial draws on the count increments between positives. Halves are not keyed by distractor id
+(sample stats carry none), so two versions' half i hold the same distractors only when their
+samples have the same queries, the same S and the same top-K scores (the same distractors in
+the same order): two estimates of one sample, or versions that differ in their positives alone.
+Beyond the top list the increments depend on the positives, so there the halves of such versions
+are independent draws of the same size (where the metric at N >> S gains nothing: those
+positives' hardness is at least K / S).
+
 Example: ``hardness_replicates(ss, method="evt", params={}, splits=8)`` returns an array (P, 16).
 """
 
@@ -31,6 +42,22 @@ import numpy as np
 
 DEFAULT_SPLITS = 8     # R = 16 replicates
 SEED = 2027
+SPLIT_RULE = "top-list positions thinned by seed + i, count increments beyond (rscale 3)"
+
+
+def split_key(ss, *, splits: int, seed: int = SEED) -> str:
+    """``sha256:<hex>`` of what decides which distractors each half-sample holds (module
+    docstring): the split rule, ``splits`` and ``seed``, and the sample's query ids, S per query and
+    top-K scores. Two versions with the same key have replicates 2i and 2i + 1 made from the same
+    halves of the same distractors: their replicate differences pair (:func:`rscale.core.interval.
+    difference_intervals`). Example: two estimates of one sample stats file share a key."""
+    import hashlib
+    h = hashlib.sha256()
+    for part in (SPLIT_RULE, f"splits={int(splits)} seed={int(seed)} k={ss.k}", "\x00".join(ss.query_ids.astype(str))):
+        h.update(part.encode() + b"\x01")
+    h.update(np.ascontiguousarray(ss.n_sampled, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(ss.top_scores, dtype="<f8").tobytes())
+    return "sha256:" + h.hexdigest()
 
 
 def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> np.ndarray:

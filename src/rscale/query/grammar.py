@@ -6,16 +6,20 @@ Grammar (words are case-insensitive; spaces around ``,`` ``=`` ``@`` are free)::
                  [ "using" estimator ] [ "expected" | "plugin" ]
     measures  := measure { "," measure }          mAP@1000, R@1, Recall@100, MRR (aliases fold)
     sizes     := "N" "=" size { "," size }         1e8, 759k, 5M, 1.2B, 100_000_000 (whole numbers >= 1)
-    backbones := ref { "," ref }                   dinov3_l, siglip2_l@v2, dino*@released, *
+    backbones := ref { "," ref } | ref versus ref  dinov3_l, siglip2_l@v2, dino*@released, *
+    versus    := "vs" | "-"                        a paired difference: the first minus the second
     ref       := name-or-glob [ "@" version ]      version: v<k>, latest, released (or any tag)
     reranked  := "reranked" "@" depth              K': the first-stage top K' is reranked (whole number)
 
 The clauses after the measures may come in any order; each at most once. ``reranked@K'`` asks
 for every backbone's metric after its first-stage top K' is reranked (docs/rerank.md), answered
 from the reranked input a version keeps when it was registered from sample stats with rerank
-scores. Canonical form::
+scores. ``for A vs B`` (or ``for A - B``) asks for the paired difference A - B of two versions
+estimated from the same distractor sample, with the interval of the difference from paired
+replicates (:func:`rscale.core.interval.difference_intervals`). Canonical form::
 
     mAP@1000, R@1 at N=1e6,1e8 for dinov3_l, siglip2_l reranked@1000 on ilias using evt expected
+    mAP@1000 at N=1e8 for dinov3_l vs dinov2_b@v2
 
 ``parse(str(q)) == q`` for every query (tested as a property). Errors list every problem found,
 each with a caret under the offending part of the query.
@@ -30,6 +34,7 @@ from rscale.errors import QuerySyntaxError
 from rscale.query.measures import Measure
 
 KEYWORDS = ("at", "for", "on", "using")
+VERSUS = ("vs", "-")          # between the two backbones of a paired difference; canonical "vs"
 MODES = ("expected", "plugin")
 RERANKED = "reranked"
 _DEPTH = re.compile(r"^reranked@(?P<depth>[0-9][0-9_]*)$", re.IGNORECASE)
@@ -80,13 +85,14 @@ class Query:
     estimator: str | None = None
     mode: str | None = None
     rerank_depth: int | None = None    # K' of a ``reranked@K'`` clause; None: first-stage metrics
+    paired: bool = False               # ``for A vs B``: the difference backbones[0] - backbones[1]
 
     def __str__(self) -> str:
         parts = [", ".join(str(m) for m in self.measures)]
         if self.sizes:
             parts.append("at N=" + ",".join(format_size(n) for n in self.sizes))
         if self.backbones:
-            parts.append("for " + ", ".join(str(b) for b in self.backbones))
+            parts.append("for " + (" vs " if self.paired else ", ").join(str(b) for b in self.backbones))
         if self.rerank_depth is not None:
             parts.append(f"{RERANKED}@{self.rerank_depth}")
         if self.benchmark:
@@ -115,7 +121,7 @@ def _tokens(text: str):
 
 def _keyword_hint(word: str) -> str:
     from difflib import get_close_matches
-    near = get_close_matches(word.lower().partition("@")[0], KEYWORDS + MODES + (RERANKED,), n=1, cutoff=0.6)
+    near = get_close_matches(word.lower().partition("@")[0], KEYWORDS + MODES + (RERANKED, "vs"), n=1, cutoff=0.6)
     return f" (did you mean '{near[0]}'?)" if near else " (missing comma?)"
 
 
@@ -186,16 +192,37 @@ def parse(text: str) -> Query:
     sizes = ()
     if "at" in clauses:
         sizes = _parse_sizes(clauses["at"], problems, len(text))
-    backbones = ()
+    backbones, paired = (), False
     if "for" in clauses:
-        backbones = _parse_list(clauses["for"], problems, _backbone, "a backbone name", end=len(text))
+        backbones, paired = _parse_backbones(clauses["for"], problems, len(text))
     benchmark = _single(clauses.get("on"), problems, "benchmark", len(text))
     estimator = _single(clauses.get("using"), problems, "estimator", len(text))
     mode = clauses["mode"][0][1] if "mode" in clauses else None
     depth = _rerank_depth(clauses[RERANKED], problems) if RERANKED in clauses else None
     if problems:
         raise QuerySyntaxError(_caret(text, sorted(problems)))
-    return Query(tuple(measures), tuple(sizes), tuple(backbones), benchmark, estimator, mode, depth)
+    return Query(tuple(measures), tuple(sizes), tuple(backbones), benchmark, estimator, mode, depth, paired)
+
+
+def _parse_backbones(tokens, problems, end):
+    """The ``for`` clause: a comma list of refs, or exactly two refs around ``vs`` (or ``-``)."""
+    at = [i for i, (kind, value, _) in enumerate(tokens) if kind == "word" and value.lower() in VERSUS]
+    if not at:
+        return _parse_list(tokens, problems, _backbone, "a backbone name", end=end), False
+    commas = [t for t in tokens if t[0] == "punct" and t[1] == ","]
+    if len(at) > 1 or commas:
+        _, value, start = tokens[at[1]] if len(at) > 1 else commas[0]
+        problems.append((start, len(value), "a paired difference compares two backbones: write 'for A vs B'"))
+        return (), True
+    i = at[0]
+    sides = []
+    for part, where in ((tokens[:i], tokens[i][2]), (tokens[i + 1:], end)):
+        if not part:
+            problems.append((where, 1, f"expected a backbone name {'before' if where != end else 'after'} "
+                                       f"'{tokens[i][1]}'"))
+            continue
+        sides += _parse_list(part, problems, _backbone, "a backbone name", end=end)
+    return tuple(sides), True
 
 
 def _rerank_depth(tokens, problems):

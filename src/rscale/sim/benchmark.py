@@ -29,7 +29,7 @@ prediction should condition on the observed counts instead of using N x alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -196,10 +196,12 @@ def truth_counts(bench: SimBenchmark, ss: SampleStats, n: float, seed: int = 0) 
 def truth(bench: SimBenchmark, ss: SampleStats, n: float, metric: str = "AP",
           k: int | None = 1000, seed: int = 0) -> np.ndarray:
     """Exact realised per-query metric at gallery size ``n`` (ranks j + K_j)."""
+    return _metric_of_counts(truth_counts(bench, ss, n, seed), bench.pos_offsets, metric, k)
+
+
+def _metric_of_counts(counts, off, metric: str, k):
     from rscale.core import metrics
-    counts = truth_counts(bench, ss, n, seed)
-    ranks = metrics.ranks_from_counts(counts, bench.pos_offsets)
-    off = bench.pos_offsets
+    ranks = metrics.ranks_from_counts(counts, off)
     if metric == "AP":
         return metrics.ap_at_k(ranks, off, k)
     if metric == "R":
@@ -209,3 +211,37 @@ def truth(bench: SimBenchmark, ss: SampleStats, n: float, metric: str = "AP",
     if metric == "RR":
         return metrics.reciprocal_rank(ranks, off, k)
     raise InvalidArgumentError(f"unknown metric {metric!r}")
+
+
+def with_positives(bench: SimBenchmark, x: np.ndarray, name: str) -> SimBenchmark:
+    """``bench`` with its positives' hardness replaced by ``x`` (same order as ``bench.pos_x``; kept
+    sorted within each query): the same queries and score laws, so a sample drawn with the same
+    seed holds the same distractors with the same top-K scores. A version that differs from
+    ``bench`` in its positives alone (what two versions need for a paired difference,
+    :func:`rscale.core.replicates.split_key`). Example: ``with_positives(b, b.pos_x * 1.6, "b2")``."""
+    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
+    if x.shape != bench.pos_x.shape or np.any(np.diff(x)[np.diff(ragged.group_index(bench.pos_offsets)) == 0] < 0):
+        raise InvalidArgumentError("with_positives needs one hardness per positive, ascending within each query")
+    qidx = ragged.group_index(bench.pos_offsets)
+    return SimBenchmark(replace(bench.spec, name=name), bench.law, bench.query_ids, bench.pos_offsets,
+                        bench.pos_ids, x, bench.law.isf(x, qidx))
+
+
+def truth_shared(benches, samples, n: float, metric: str = "AP", k: int | None = 1000, seed: int = 0) -> list:
+    """Exact realised per-query metric of several versions (``benches`` from :func:`with_positives`
+    of one benchmark, ``samples`` drawn with one seed) in ONE gallery of ``n`` distractors that
+    contains the sample: the n - S unsampled distractors are the same for all, one multinomial
+    over the intervals between every version's hardness values (each version alone is distributed
+    as :func:`truth`). The difference of two is the difference on the same benchmark."""
+    n = int(round(float(n)))
+    off = benches[0].pos_offsets
+    x = np.concatenate([b.pos_x for b in benches])
+    q = np.tile(ragged.group_index(off), len(benches))
+    order = np.lexsort((x, q))
+    joint = np.concatenate([[0], np.cumsum(len(benches) * np.diff(off))])
+    extra = np.empty(x.size, dtype=np.int64)
+    extra[order] = _nested_binomial(n - samples[0].n_sampled, np.zeros(off.size - 1), x[order], joint,
+                                    np.random.default_rng([seed, 3, n]))
+    p = off[-1]
+    return [_metric_of_counts(ss.pos_counts + extra[i * p:(i + 1) * p], off, metric, k)
+            for i, ss in enumerate(samples)]
