@@ -8,18 +8,20 @@ boxes; the check is of the prediction, whatever the reranker's quality).
 
 1. extract the sets (pooled, the checkpoint's processor), score the whole pool (fraction 1.0)
    keeping each query's top K' by id, and score a ``--fraction`` sample at each ``--seeds`` keeping
-   the top R = ceil(1.25 K' f) + 2;
+   the top R = ceil(2 K' f) + 2 (the halves of the benchmark interval reach the top K' too);
 2. truth: :func:`rscale.producers.rerank_sample.gallery_top_lists` (the gallery's top K', positives
    included) reranked by ``rscale rerank`` (mAP@K' and R@1 per query, ``rscale.core.metrics``);
 3. prediction: ``rerank_sample`` on each sample, then ``api.predict_reranked`` at N = the pool
-   (count hardness; the default GPD-smoothed joint tail, and plain counts for comparison).
+   (count hardness, the query's default modes; the default GPD-smoothed joint tail, and plain
+   counts for comparison) with the interval ``rscale query`` reports (``--ci``, default benchmark:
+   half-sample replicates plus the gallery's outranking noise).
 
 ``--instances hard``: the example's own instances are too easy for MobileNetV2 (mAP@50 = 1.0 before
 and after reranking: nothing to predict), so the hard variant cuts the instances from the quadrants
 of the 10 *distractor* photos instead (as the example cuts its instances), whose random crops are
 the distractors: near-duplicate textures outrank positives.
 
-Run: PYTHONPATH=src python benchmarks/rerank_sample_check.py --examples out/examples -o out/bench/rerank_sample [--instances hard]
+Run: PYTHONPATH=src python benchmarks/rerank_sample_check.py --examples out/examples -o out/bench/rerank_sample [--instances hard] [--ci population]
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--max-boxes", type=int, default=5)
     ap.add_argument("--instances", choices=("example", "hard"), default="example")
+    ap.add_argument("--ci", choices=("benchmark", "population"), default="benchmark",
+                    help="the interval's kind (rscale predict-rerank --ci)")
     args = ap.parse_args(argv)
 
     import pyarrow as pa
@@ -135,7 +139,9 @@ def main(argv=None) -> dict:
     h = api.reranked_hardness(v2, estimate(v2, "count"), tail=False)
     plugin = {f"mAP@{depth}": float(law.reranked_per_query(h, "AP", n, depth, depth=depth, mode="plugin").mean()),
               "R@1": float(law.reranked_per_query(h, "R", n, 1, depth=depth, mode="plugin").mean())}
-    r = int(math.ceil(1.25 * depth * args.fraction)) + 2
+    # the benchmark interval's half-samples must reach the gallery's top K' too: a half keeps about
+    # half of the R reranked candidates (the fewest any query keeps), so twice the slice, not 1.25x
+    r = int(math.ceil(2.0 * depth * args.fraction)) + 2
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         scored(f"s{seed}", args.fraction, seed, r)
@@ -143,12 +149,13 @@ def main(argv=None) -> dict:
         ss = read_sample_stats(path)
         counts_h = api.reranked_hardness(ss, estimate(ss, "count"), tail=False)
         for row, (metric, k) in zip(api.predict_reranked(path, n=n, depth=depth, measures=list(measures),
-                                                         method="count", bootstrap=1000),
+                                                         method="count", ci_kind=args.ci),
                                     (("AP", depth), ("R", 1))):
             mm = row["measure"]
-            rows.append({"seed": seed, "measure": mm, "S": int(ss.n_sampled.max()), "R": r,
-                         "predicted": row["value"], "ci": [row["ci_low"], row["ci_high"]],
-                         "counts_only": float(law.reranked_per_query(counts_h, metric, n, k, depth=depth).mean()),
+            rows.append({"seed": seed, "measure": mm, "S": int(ss.n_sampled.max()), "R": r, "mode": row["mode"],
+                         "predicted": row["value"], "ci": [row["ci_low"], row["ci_high"]], "ci_kind": row["ci_kind"],
+                         "counts_only": float(law.reranked_per_query(counts_h, metric, n, k, depth=depth,
+                                                                     mode=row["mode"]).mean()),
                          "truth": truth[mm], "inside": row["ci_low"] <= truth[mm] <= row["ci_high"],
                          "first_stage_predicted": row["first_stage"], "first_stage_truth": first[mm]})
     result = {"instances": args.instances, "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,

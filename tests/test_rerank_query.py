@@ -94,10 +94,29 @@ def test_query_answer_equals_predict_reranked(reg, mode):
         assert row["value"] != pytest.approx(w["first_stage"], abs=0.02)       # reranking changed the metric
 
 
+@pytest.mark.parametrize("ci_kind", ["benchmark", "population"])
+def test_predict_rerank_gives_the_query_answer_and_interval(reg, ci_kind, capsys):
+    """One mechanism: `rscale predict-rerank` on the sample stats a version was registered from
+    (estimated with `rscale estimate`'s defaults) prints the value, bounds and ci_kind that
+    `rscale query "... reranked@K'"` prints for that version, with the same defaults (the mode
+    per measure, the bootstrap's resamples and seed)."""
+    text = f"mAP@1000, R@1 at N=4e4,1e5 for sim_rr reranked@{DEPTH}"
+    ans = api.query(text, registry=reg["path"], ci_kind=ci_kind, bootstrap=300)["rows"]
+    assert main(["predict-rerank", str(reg["rr"]["sample"]), "--n", "4e4", "--n", "1e5", "--depth", str(DEPTH),
+                 "--metric", "mAP@1000", "--metric", "R@1", "--ci", ci_kind, "--bootstrap", "300",
+                 "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    key = ("measure", "N", "value", "ci_low", "ci_high", "ci_kind", "mode")
+    assert [tuple(r[k] for k in key) for r in got] == [tuple(r[k] for k in key) for r in ans]
+    assert all(r["ci_kind"] == ci_kind and r["ci_low"] < r["value"] < r["ci_high"] for r in got)
+
+
 def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
     """Replicate i = the whole reranked prediction on half i (the hardness replicate of that half,
     the joint tail of that half's reranked top): recomputed here from the sample stats and the
-    hardness file, the t interval by scipy."""
+    hardness file, the t interval by scipy, and the realised gallery's outranking noise (z times
+    gallery_sd of the point prediction, tests/test_rerank_gallery_noise.py) added in quadrature."""
+    from rscale.core.rerank_replicates import gallery_sd
     from rscale.core.subsample import split_halves
     from rscale.store.hardness_file import read_hardness
     est, info = read_hardness(reg["rr"]["hardness"])
@@ -109,7 +128,12 @@ def test_the_interval_is_the_half_sample_replicates_redone_independently(reg):
             h = law.RerankedHardness.build(est.replicates[:, 2 * i + j], ss.pos_rerank, ss.pos_offsets, g, jt)
             reps.append(law.reranked_metric(h, "AP", N, DEPTH, depth=DEPTH, mode="plugin"))
     m = np.array(reps).reshape(8, 2)
-    half = stats.t.ppf(0.975, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))
+    g, jt = law.joint_from_top_smoothed(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
+    point = law.RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, g, jt)
+    gal = gallery_sd(point, "AP", N, DEPTH, depth=DEPTH)
+    assert gal > 0.2 * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))          # not negligible here
+    half = np.hypot(stats.t.ppf(0.975, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2)),
+                    stats.norm.ppf(0.975) * gal)
     [row] = api.query(f"mAP@1000 at N=4e4 for sim_rr reranked@{DEPTH}", registry=reg["path"])["rows"]
     assert row["mode"] == "plugin"                     # the first stage's per-measure default
     assert row["ci_low"] == pytest.approx(row["value"] - half, abs=1e-6)
@@ -168,7 +192,8 @@ def test_cli_query_prints_the_reranked_column(reg, capsys):
     assert row["reranked"] == 1000
     assert main(["query", "mAP@1000 at N=1e5 for sim_rr reranked@1000", "-r", reg["path"]]) == 0
     out = capsys.readouterr().out
-    assert "reranked" in out and f"{row['value']:.4f}" in out
+    assert "reranked" in out and f"{row['value']:.4f}" in out and "ci_kind" in out and "benchmark" in out
+    assert row["ci_kind"] == "benchmark"
 
 
 def test_report_shows_first_stage_and_reranked_rows(reg):
@@ -178,6 +203,7 @@ def test_report_shows_first_stage_and_reranked_rows(reg):
     plain = [ln for ln in lines if ln.startswith("| sim_plain | sim-ilias |")]
     assert len(rr) == 2 and "| first stage |" in rr[0] and "| reranked@1000 |" in rr[1]
     assert len(plain) == 1 and "| first stage |" in plain[0]
+    assert "Intervals: 95%, ci_kind benchmark." in text and "its interval of ci_kind benchmark too" in text
     ans = api.query("mAP@1000 at N=4e4,1e5 for sim_rr reranked@1000", registry=reg["path"], bootstrap=200)
     cells = [c.strip() for c in rr[1].strip("|").split("|")][6:]
     assert cells[0].startswith("needs N >= ")                  # 1e4: the stored top does not reach K'

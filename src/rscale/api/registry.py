@@ -304,7 +304,8 @@ def report(registry=None, measures=("mAP@1000",), *, sizes=(1e6, 1e7, 1e8, 1e9),
         lines.append("")
     if reranked_rows:
         lines += [f"reranked@{rerank_depth}: the metric after reranking each query's first-stage top {rerank_depth}, "
-                  "predicted from the rerank scores of the sample's top candidates (docs/rerank.md); "
+                  f"predicted from the rerank scores of the sample's top candidates (docs/rerank.md), its interval "
+                  f"of ci_kind {ci_kind} too (with the gallery's outranking noise); "
                   "'needs N >= x': the stored scores reach that far only.", ""]
     lines += ["## Estimator diagnostics", "", "| backbone | estimator | queries | positives | rules |", "|---|---|---|---|---|"]
     for v in versions:

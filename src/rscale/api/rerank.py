@@ -112,57 +112,89 @@ def reranked_hardness(ss, est, *, tail: bool = True):
     estimate of the same positives: x from ``est``, the joint tail from the sample's reranked top
     (``tail``: with a GPD tail for each slice's rerank scores, else plain counts)."""
     from rscale.core.rerank_law import RerankedHardness, joint_from_top, joint_from_top_smoothed
+    _require_rerank_scores(ss)
+    make = joint_from_top_smoothed if tail else joint_from_top
+    grid, joint = make(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
+    return RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, grid, joint)
+
+
+def _require_rerank_scores(ss) -> None:
     from rscale.errors import FormatError
     if not ss.has_rerank:
         raise FormatError("these sample stats hold no rerank scores (columns top_rerank_scores, "
                           "positive_rerank_scores, schema version 2)",
                           hint="rerank each query's top sampled candidates and its positives, and store their scores "
                                "(docs/rerank.md, 'Reranked metrics at any N')")
-    make = joint_from_top_smoothed if tail else joint_from_top
-    grid, joint = make(ss.top_rerank, ss.n_sampled, ss.pos_rerank, ss.pos_offsets)
-    return RerankedHardness.build(est.x, ss.pos_rerank, ss.pos_offsets, grid, joint)
 
 
-def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt",
-                     mode: str = "expected", bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt", mode: str | None = None,
+                     ci_kind: str = "benchmark", replicates: int = 16, bootstrap: int = 1000, seed: int = 0,
+                     level: float = 0.95) -> list[dict]:
     """The metric after reranking the first-stage top ``depth`` (K') at each gallery size in ``n``,
-    predicted from sample stats that carry rerank scores (schema version 2).
+    predicted from sample stats that carry rerank scores (schema version 2), with the interval
+    ``rscale query "... reranked@K'"`` reports: the same function
+    (:func:`rscale.core.rerank_replicates.reranked_intervals`) on the same input, so a version
+    registered from these sample stats (``rscale estimate`` with its defaults, then ``register``)
+    answers the same value, bounds and ``ci_kind``.
 
-    First-stage hardness comes from ``method`` (an estimator of :mod:`rscale.core.estimators`,
-    default parameters), the joint tail from the sample's reranked top candidates; the law is
-    :mod:`rscale.core.rerank_law`. Per (measure, N) a row: the reranked value, its 95% query-bootstrap
-    interval (``bootstrap`` resamples; 0 for none: it covers query-level noise only, not the
-    sample's), and the first-stage prediction of the same measure for comparison. ``measures``
-    default to mAP@K' and R@1."""
-    from rscale.core import prediction, rerank_law
+    First-stage hardness comes from ``method`` (default parameters) with ``replicates`` half-sample
+    hardness replicates (the seeds ``rscale estimate`` uses; 0: none, then the benchmark bounds are
+    NaN), the joint tails from the sample's reranked top candidates and from the same halves'
+    (:func:`rscale.core.rerank_replicates.reranked_input`); the law is :mod:`rscale.core.rerank_law`.
+    ``mode``: None follows the first stage's per-measure default (plug-in for mAP and MRR@k,
+    expected for R@k and Recall@k), as the query does. Per (measure, N) a row: the reranked value,
+    its interval of kind ``ci_kind`` (``bootstrap`` query resamples for ``population``), and the
+    first-stage prediction of the same measure for comparison. ``measures`` default to mAP@K' and R@1."""
+    from rscale.core import prediction
     from rscale.core.estimators.methods import estimate
-    from rscale.core.uncertainty import percentile_ci, query_bootstrap
+    from rscale.core.interval import check_ci_kind
+    from rscale.core.replicates import SEED, hardness_replicates
+    from rscale.core.rerank_replicates import reranked_input, reranked_intervals, supported_depth
+    from rscale.errors import RscaleError
     from rscale.query.measures import Measure
     from rscale.store.sample_stats_file import read_sample_stats
 
     ss = read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+    check_ci_kind(ci_kind)
     if not isinstance(bootstrap, int) or bootstrap < 0:
         raise InvalidArgumentError(f"bootstrap must be a whole number >= 0, got {bootstrap!r}")
+    if not isinstance(replicates, int) or replicates != 0 and (replicates < 4 or replicates % 2):
+        raise InvalidArgumentError(f"replicates must be 0 or an even number >= 4 (e.g. 16), got {replicates!r}")
     measures = measures or (f"mAP@{depth}", "R@1")
     parsed = [Measure.parse(m) if isinstance(m, str) else m for m in measures]
     sizes = [float(v) for v in (n if isinstance(n, (list, tuple)) else [n])]
-    est = estimate(ss, method)
-    h = reranked_hardness(ss, est)
-    rows = []
     for measure in parsed:
-        metric, k = measure.law_metric, measure.k
-        if metric == "RR" and k is None:
+        if measure.law_metric == "RR" and measure.k is None:
             raise InvalidArgumentError(f"{measure}: a reranked metric needs a cut-off within the top K'={depth}; "
                                        f"write MRR@{depth}")
-        for size in sizes:
-            per_query = rerank_law.reranked_per_query(h, metric, size, k, depth=depth, mode=mode)
-            lo = hi = float("nan")
-            if bootstrap and per_query.size >= 2:
-                lo, hi = (float(v) for v in percentile_ci(query_bootstrap(per_query, bootstrap, seed)))
-            rows.append({"measure": str(measure), "n": size, "depth": depth, "value": float(per_query.mean()),
-                         "ci_low": lo, "ci_high": hi, "first_stage": prediction.predict(est, metric, size, k),
-                         "method": method, "mode": mode})
-    return rows
+    _require_rerank_scores(ss)
+    est = estimate(ss, method)
+    reps, splits = None, 0
+    if replicates:
+        try:
+            reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2)
+            inp = reranked_input(ss, splits=replicates // 2, seed=SEED)
+            splits = replicates // 2
+        except RscaleError:           # a sample too small to halve: no replicates (benchmark bounds NaN)
+            reps = None
+    if not splits:
+        inp = reranked_input(ss, splits=0, seed=SEED)
+    cells = [(m.law_metric, m.k, size, prediction.resolve_mode(m.law_metric, mode)) for m in parsed for size in sizes]
+    for size in sizes:
+        most = supported_depth(inp, size)
+        if size >= depth and most < depth:
+            reach = min(float(s.reach.min()) for s in inp.sets)
+            raise InvalidArgumentError(
+                f"K'={depth} at N={size:g} needs the rerank scores of the sample's top {depth / size:.3g} of the "
+                f"first-stage law; the stored ones reach {reach:.3g}" + (" (half-samples included)" if splits else "")
+                + f": rerank more of the sample's top candidates, or ask for N >= {depth / reach:.3g}"
+                + (" (or replicates=0: no benchmark interval)" if splits else ""))
+    answers = reranked_intervals(inp, est.x, reps, cells, depth=depth, ci_kind=ci_kind, level=level,
+                                 bootstrap=bootstrap, seed=seed)
+    return [{"measure": str(m), "n": size, "depth": depth, "value": float(pq.mean()), "ci_low": lo, "ci_high": hi,
+             "ci_kind": ci_kind, "first_stage": prediction.predict(est, m.law_metric, size, m.k), "method": method,
+             "mode": cell[3]}
+            for (m, size), cell, (pq, lo, hi) in zip([(m, s) for m in parsed for s in sizes], cells, answers)]
 
 
 def write_reranked_input_for(hardness, ss, *, out) -> tuple:

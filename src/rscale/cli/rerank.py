@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import gallery_size, output_folder, positive_int
+from rscale.cli.options import ci_option, gallery_size, output_folder, positive_int
 
 
 def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor set (the first stage's queries)."),
@@ -95,22 +95,28 @@ def predict_rerank(
         n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ... (at least K')."),
         depth: int = typer.Option(1000, "--depth", help="K': first-stage candidates the reranker reorders."),
         method: str = typer.Option("evt", help="First-stage hardness estimator (evt, evt-paper, count, ...)."),
-        mode: str = typer.Option("expected", help="expected (exact expectation) or plugin (counts at their centres)."),
-        bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for the 95% CI (0: none)."),
+        mode: Optional[str] = typer.Option(None, help="expected (exact expectation) or plugin (counts at their "
+                                           "centres); default: rscale query's per-measure default."),
+        replicates: int = typer.Option(16, help="Half-sample replicates, as rscale estimate (0: none, no "
+                                       "benchmark interval)."),
+        bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for --ci population (at most 10,000)."),
+        ci: str = ci_option(),
         fmt: str = output.format_option(output.TABLE, output.JSON, output.CSV)):
-    """Predict the metric after reranking the top K' at any gallery size, from a reranked sample."""
+    """Predict the metric after reranking the top K' at any gallery size, from a reranked sample
+    (the value and interval rscale query gives a version registered from it)."""
     from rscale import api
     from rscale.cli.options import MAX_BOOTSTRAP
 
     positive_int(depth, "--depth")
     positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
+    positive_int(replicates, "--replicates", minimum=0)
     sizes = [float(gallery_size(v)) for v in n]
     rows = api.predict_reranked(sample_stats, n=sizes, depth=depth, measures=metric, method=method, mode=mode,
-                                bootstrap=bootstrap)
+                                ci_kind=ci, replicates=replicates, bootstrap=bootstrap)
     for row in rows:
         row["N"] = row.pop("n")
-    output.print_rows(rows, fmt, ["measure", "N", "depth", "value", "ci_low", "ci_high", "first_stage", "method",
-                                  "mode"])
+    output.print_rows(rows, fmt, ["measure", "N", "depth", "value", "ci_low", "ci_high", "ci_kind", "first_stage",
+                                  "method", "mode"])
 
 
 COMMANDS = {"rerank": rerank, "rerank-sample": rerank_sample, "rerank-backbone": rerank_backbone,

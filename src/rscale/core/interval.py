@@ -88,12 +88,16 @@ _T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
-                     bootstrap: int = 1000, seed: int = 0, backtest=None, bounds=(0.0, 1.0)):
+                     bootstrap: int = 1000, seed: int = 0, backtest=None, bounds=(0.0, 1.0), gallery_sd=None):
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
     (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
     back-test error e(f) (NaN: none); the interval is the union of those around v and v - e.
-    ``bounds``: where the bounds are clipped ((-1, 1) for a difference of two metrics)."""
+    ``bounds``: where the bounds are clipped ((-1, 1) for a difference of two metrics).
+    ``gallery_sd`` (C,): the sd over galleries of the realised value itself, a source the
+    replicates do not carry (the reranked metric's outranking noise,
+    :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
+    adds as z * gallery_sd in quadrature to the replicate half-width t * sd."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -109,6 +113,9 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
         pairs = m.reshape(m.shape[0], -1, 2)
         sd = np.sqrt(np.mean(((pairs[..., 0] - pairs[..., 1]) / 2.0) ** 2, axis=1))
         half = _t_quantile(level, pairs.shape[1]) * sd
+        if gallery_sd is not None:
+            from statistics import NormalDist
+            half = np.hypot(half, NormalDist().inv_cdf(0.5 + level / 2.0) * np.asarray(gallery_sd, dtype=np.float64))
     else:
         half = np.full(value.shape, np.nan)
     e = np.zeros(value.shape) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))

@@ -106,11 +106,103 @@ def reranked_sets(inp: RerankedInput, x, x_replicates=None):
                    for r, h in enumerate(inp.halves)]
 
 
+def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: int = 200, seed: int = 0) -> float:
+    """The standard deviation, over galleries of ``n`` distractors, of the realised benchmark value
+    (the mean over queries) of a reranked metric under the law ``h``
+    (:class:`rscale.core.rerank_law.RerankedHardness`): the gallery's own outranking noise, which
+    no replicate of the estimate carries.
+
+    A realised gallery's top K' holds m = K' - l distractors, and survivor p is outranked by
+    M_p ~ Bin(m, rho_p(w)) of them (:mod:`rscale.core.rerank_law`, step 3); with m rho_p of a few
+    that count, and the metric with it, varies from gallery to gallery by as much as the estimate
+    does (measured: docs/benchmarks.md, "Reranked interval coverage"). The counts of one query are
+    nested (a distractor that reranks above a positive with a higher rerank score also beats one
+    with a lower): drawn as M_(1) ~ Bin(m, rho_(1)), M_(i) = M_(i-1) + Bin(m - M_(i-1),
+    (rho_(i) - rho_(i-1)) / (1 - rho_(i-1))) in increasing rho. Survivors l and the slice w are
+    the plug-in's (the first stage's own Binomial noise is left out, as in the first stage's
+    interval). Queries are independent: sd = sqrt(sum_q Var_q) / Q, each Var_q from ``draws``
+    Monte Carlo galleries (seeded: the same input gives the same sd).
+
+    Example: one query, one positive with rho = 0.001 at w, m = 999: M ~ Bin(999, 0.001) and
+    AP = 1 / (1 + M) has sd ~0.36 over galleries."""
+    from rscale.core import ragged
+    from rscale.core.law import _within
+    from rscale.core.rerank_law import _check, _rho_rows
+
+    k, depth, n = _check(metric, k, depth, n, "plugin")
+    if draws < 2:
+        raise InvalidArgumentError(f"draws must be >= 2, got {draws}")
+    rng = np.random.default_rng([seed, 17])
+    sizes = np.diff(h.offsets)
+    qn, g = sizes.size, int(sizes.max())
+    col = ragged.position_in_group(h.offsets) - 1
+    qi = ragged.group_index(h.offsets)
+    x = np.full((qn, g), np.inf)
+    x[qi, col] = h.x
+    t = np.full((qn, g), -np.inf)
+    t[qi, col] = h.rerank
+    f = np.arange(1, g + 1)[None, :]
+    inside = _within(f + n * x, depth)                      # survivors: a prefix of first-stage order
+    survivors = np.where(inside.any(axis=1), g - np.argmax(inside[:, ::-1], axis=1), 0)
+    m = depth - survivors
+    nxt = np.where(survivors < sizes, x[np.arange(qn), np.minimum(survivors, g - 1)], 1.0)
+    w = np.minimum(m / n, nxt)
+    alive = f <= survivors[:, None]
+    rows = np.flatnonzero(alive[qi, col])
+    rho = np.full((qn, g), 2.0)                             # the dead sort last and are never counted
+    if rows.size:
+        rq = qi[rows]
+        rho[rq, col[rows]] = np.where((m[rq] > 0) & (w[rq] > 0),
+                                      _rho_rows(h.grid, h.joint[rows], rq, w[rq][:, None])[:, 0], 0.0)
+    ts = np.where(alive, t, -np.inf)
+    earlier = np.arange(g)[None, :] < np.arange(g)[:, None]
+    above = (ts[:, None, :] > ts[:, :, None]) | ((ts[:, None, :] == ts[:, :, None]) & earlier[None])
+    jp = 1.0 + (above & alive[:, None, :]).sum(axis=2)          # position among survivors by rerank score
+    order = np.argsort(rho, axis=1, kind="stable")
+    var = np.zeros(qn)
+    block = max(1, 2_000_000 // (draws * g))                 # bounded memory: queries in blocks
+    for lo in range(0, qn, block):
+        sl = slice(lo, min(lo + block, qn))
+        var[sl] = _outranking_variance(rho[sl], order[sl], jp[sl], alive[sl], m[sl], sizes[sl], survivors[sl],
+                                       metric, k, draws, rng)
+    return float(np.sqrt(var.sum()) / qn)
+
+
+def _outranking_variance(rho, order, jp, alive, m, sizes, survivors, metric, k, draws, rng) -> np.ndarray:
+    """Per query, the variance over ``draws`` galleries of the metric with nested outranking counts."""
+    from rscale.core.law import _within
+    qn, g = rho.shape
+    idx = np.arange(qn)
+    counts = np.zeros((draws, qn, g))
+    prev_rho, prev = np.zeros(qn), np.zeros((draws, qn))
+    for i in range(g):                                       # nested Binomial increments, increasing rho
+        r_i = rho[idx, order[:, i]]
+        live = r_i <= 1.0
+        step = np.where(live & (r_i > prev_rho), (r_i - prev_rho) / np.maximum(1.0 - prev_rho, 1e-300), 0.0)
+        prev = prev + rng.binomial(np.maximum(m[None, :] - prev, 0).astype(np.int64), np.clip(step, 0.0, 1.0)[None, :])
+        counts[:, idx, order[:, i]] = prev
+        prev_rho = np.where(live, np.maximum(prev_rho, r_i), prev_rho)
+    r = jp[None] + counts
+    hit = _within(r, k) & alive[None]
+    if metric in ("R", "RR"):
+        best = np.argmin(np.where(alive, jp, np.inf), axis=1)
+        rb, hb = r[:, idx, best], hit[:, idx, best]
+        v = np.where(hb, 1.0 / rb if metric == "RR" else 1.0, 0.0)
+    elif metric == "AP":
+        v = np.where(hit, jp[None] / r, 0.0).sum(axis=2) / np.minimum(k, sizes)[None]
+    else:
+        v = hit.sum(axis=2) / sizes[None]
+    v = np.where(survivors[None] > 0, v, 0.0)
+    return v.var(axis=0, ddof=1)
+
+
 def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int, ci_kind: str = "benchmark",
-                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0):
+                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0, gallery_noise: bool = True):
     """Per (metric, k, N, mode) cell: (per-query reranked values, low, high) of the interval of
     kind ``ci_kind`` (:func:`rscale.core.interval.metric_intervals`: replicate i is the
-    prediction redone on half-sample i). Without replicates the benchmark bounds are NaN."""
+    prediction redone on half-sample i; with ``gallery_noise``, plus the realised gallery's own
+    outranking noise, :func:`gallery_sd` of the point prediction). Without replicates the
+    benchmark bounds are NaN."""
     from rscale.core.interval import metric_intervals
     from rscale.core.rerank_law import reranked_per_query
 
@@ -120,8 +212,13 @@ def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int
     if reps and not (ci_kind == "population" and not bootstrap):
         rep_values = np.stack([np.stack([reranked_per_query(h, metric, n, k, depth=depth, mode=mode) for h in reps])
                                for metric, k, n, mode in cells])
-    _, lo, hi = metric_intervals(pqs, rep_values, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
+    gsd = None
+    if gallery_noise and rep_values is not None:
+        gsd = np.array([gallery_sd(point, metric, n, k, depth=depth, seed=seed) for metric, k, n, _mode in cells])
+    _, lo, hi = metric_intervals(pqs, rep_values, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                 gallery_sd=gsd)
     return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
 
 
-__all__ = ["JointTails", "RerankedInput", "reranked_input", "reranked_intervals", "reranked_sets", "supported_depth"]
+__all__ = ["JointTails", "RerankedInput", "gallery_sd", "reranked_input", "reranked_intervals", "reranked_sets",
+           "supported_depth"]
