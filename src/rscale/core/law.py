@@ -67,6 +67,10 @@ class Hardness:
     Build with :meth:`from_flat`; ``x[offsets[q]:offsets[q+1]]`` are query q's positives.
     ``query`` (query index), ``j`` (1-based position) and ``n_pos`` (positives per query)
     are derived once so that evaluating many metrics and sizes costs no re-sorting.
+
+    ``x`` may also be a stack (B, P) of B hardness vectors over the same positives (a point
+    estimate and its replicates, say), each row sorted on its own: every metric function then
+    returns (B, Q), the same values as B separate evaluations, in one array operation.
     """
 
     x: np.ndarray
@@ -77,25 +81,34 @@ class Hardness:
 
     @classmethod
     def from_flat(cls, x, offsets) -> "Hardness":
+        """``x``: (P,) per-positive hardness, or (B, P) for a stack; any order within a query."""
         x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 1:
-            raise InvalidArgumentError("hardness must be a flat 1-D array of per-positive values")
-        off = ragged.check_offsets(offsets, x.size)
+        if x.ndim not in (1, 2):
+            raise InvalidArgumentError("hardness must be a flat 1-D array of per-positive values "
+                                       "(or a 2-D stack of such arrays, one per row)")
+        x = np.ascontiguousarray(x)                         # rows contiguous: a stack is read row by row
+        off = ragged.check_offsets(offsets, x.shape[-1])
         if not np.all(np.isfinite(x)):
-            bad = int(np.flatnonzero(~np.isfinite(x))[0])
-            raise InvalidArgumentError(f"hardness must be finite; positive {bad} is {x[bad]}")
+            bad = np.argwhere(~np.isfinite(x))[0]
+            raise InvalidArgumentError(f"hardness must be finite; positive {int(bad[-1])} is {x[tuple(bad)]}")
         if np.any((x < 0) | (x > 1)):
-            bad = int(np.flatnonzero((x < 0) | (x > 1))[0])
-            raise InvalidArgumentError(f"hardness must lie in [0, 1]; positive {bad} is {x[bad]}")
+            bad = np.argwhere((x < 0) | (x > 1))[0]
+            raise InvalidArgumentError(f"hardness must lie in [0, 1]; positive {int(bad[-1])} is {x[tuple(bad)]}")
         n_pos = np.diff(off)
         if np.any(n_pos == 0):
             q = int(np.flatnonzero(n_pos == 0)[0])
             raise InvalidArgumentError(
                 f"query {q} has no positives; a metric is undefined for it. "
                 "Drop queries without positives before evaluating.")
-        order = ragged.sort_within_groups(x, off)
-        return cls(x=x[order], offsets=off, query=ragged.group_index(off),
+        return cls(x=ragged.sorted_within_groups(x, off), offsets=off, query=ragged.group_index(off),
                    j=ragged.position_in_group(off), n_pos=n_pos)
+
+    @classmethod
+    def presorted(cls, x, like: "Hardness") -> "Hardness":
+        """A hardness over the same positives as ``like`` whose ``x`` ((P,) or (B, P)) is already
+        sorted within each query (an order-preserving map of a sorted hardness: clip(x * scale_q)
+        with scale_q >= 0 per query): shares ``like``'s index arrays, no re-sort, no re-check."""
+        return cls(x=x, offsets=like.offsets, query=like.query, j=like.j, n_pos=like.n_pos)
 
     @classmethod
     def from_counts(cls, counts, offsets, n: float) -> "Hardness":
@@ -111,8 +124,8 @@ class Hardness:
 
     @property
     def first(self) -> np.ndarray:
-        """Hardness of each query's easiest (best-scoring) positive."""
-        return self.x[self.offsets[:-1]]
+        """Hardness of each query's easiest (best-scoring) positive: (Q,), or (B, Q) for a stack."""
+        return self.x[..., self.offsets[:-1]]
 
 
 def check_n(n) -> float:
@@ -162,9 +175,11 @@ def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     """
     from scipy.special import betaln  # lazy: ~0.13 s, only the expected mode pays it
 
-    x = np.asarray(x, dtype=np.float64)
-    j = np.asarray(j, dtype=np.float64)
-    m_max = np.minimum(np.asarray(m_max, dtype=np.float64), n)
+    x, j, m_max = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(j, dtype=np.float64),
+                                      np.asarray(m_max, dtype=np.float64))
+    if x.ndim != 1:                 # a stack (B, P): the same sums, elementwise, on the flattened arrays
+        return _binomial_window_sum(x.ravel(), j.ravel(), n, m_max.ravel(), precision).reshape(x.shape)
+    m_max = np.minimum(m_max, n)
     out = np.zeros(x.shape, dtype=np.float64)
     valid = m_max >= 0
     # Degenerate laws: K = 0 or K = n almost surely.
@@ -218,10 +233,11 @@ def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -
     _check_mode(mode)
     norm = h.n_pos if k is None else np.minimum(h.n_pos, k)
     if mode == "plugin":
-        r = h.j + n * h.x
-        contrib = h.j / r
+        r = n * h.x
+        r += h.j                                    # r = j + N x, in place (a stack is 17x the work)
+        contrib = np.divide(h.j, r)
         if k is not None:
-            contrib = np.where(_within(r, k), contrib, 0.0)
+            np.multiply(contrib, _within(r, k), out=contrib)     # j / r > 0: times 0 or 1 is exact
     else:
         ni = _integer_n(n)
         m_max = np.full(h.x.shape, ni) if k is None else k - h.j
