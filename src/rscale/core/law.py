@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -117,6 +118,11 @@ class Hardness:
         if np.any(counts < 0) or np.any(counts > n):
             raise InvalidArgumentError(f"counts must lie in [0, N={n:g}]")
         return cls.from_flat(counts / float(n), offsets)
+
+    @cached_property
+    def jf(self) -> np.ndarray:
+        """``j`` as float64 (mixing int64 into float array operations costs a cast per element)."""
+        return self.j.astype(np.float64)
 
     @property
     def n_queries(self) -> int:
@@ -234,8 +240,8 @@ def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -
     norm = h.n_pos if k is None else np.minimum(h.n_pos, k)
     if mode == "plugin":
         r = n * h.x
-        r += h.j                                    # r = j + N x, in place (a stack is 17x the work)
-        contrib = np.divide(h.j, r)
+        r += h.jf                                   # r = j + N x, in place (a stack is 17x the work)
+        contrib = np.divide(h.jf, r)
         if k is not None:
             np.multiply(contrib, _within(r, k), out=contrib)     # j / r > 0: times 0 or 1 is exact
     else:
@@ -272,7 +278,7 @@ def recall_at_k(h: Hardness, n: float, k: int = 100, mode: str = "plugin") -> np
         raise InvalidArgumentError("Recall@k needs a cut-off k")
     _check_mode(mode)
     if mode == "plugin":
-        inside = _within(h.j + n * h.x, k).astype(np.float64)
+        inside = _within(h.jf + n * h.x, k).astype(np.float64)
     else:
         inside = _binomial_window_sum(h.x, h.j, _integer_n(n), k - h.j, precision=False)
     return ragged.group_sum(inside, h.offsets) / h.n_pos
