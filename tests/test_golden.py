@@ -25,7 +25,7 @@ DIGESTS = {
     "hardness_v2.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "hardness_v3.parquet": "sha256:9b3eee7c2006fa252602bd678bca3e19dc274765602a3a9eeed6170a2b5ea20c",
     "hardness_v3.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
-    "hardness_v4.parquet": "sha256:0d3983214243029ad9e15382ee97e5fd0ea7b9bba79598026a439f6c92221f8a",
+    "hardness_v4.parquet": "sha256:89950802eabc5db7c4b79d4f12dd84ad22adee6bb826e182db03c554f288405e",
     "hardness_v4.tail.parquet": "sha256:ab8c5bc9f7ebca28f4f3a8a3ca0be2912199654625524ae5eedfd5970f30dffb",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",

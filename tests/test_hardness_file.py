@@ -135,12 +135,14 @@ def test_version_4_ranks_give_the_laws_sorted_views_and_bad_ranks_are_refused(tm
     np.testing.assert_array_equal(views["replicates"], Hardness.from_flat(est.replicates.T, est.offsets).x)
     np.testing.assert_array_equal(views["backtest"], Hardness.from_flat(info["backtest"].columns.T, est.offsets).x)
     t = pq.read_table(path)
-    ranks = np.asarray(t.column("replicate_ranks").combine_chunks().flatten()).reshape(-1, 4).copy()
+    stored = t.column("replicate_ranks").combine_chunks()
+    assert str(stored.type) == "fixed_size_binary[8]"                  # 4 little-endian uint16 per row
+    ranks = np.frombuffer(stored.buffers()[1], "<u2").reshape(-1, 4).copy()
     q0 = slice(0, int(est.offsets[1]))
     import pyarrow as pa
 
     def with_ranks(r, name):
-        col = pa.FixedSizeListArray.from_arrays(pa.array(r.ravel().astype(np.uint16)), 4)
+        col = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), r.shape[0], [None, pa.py_buffer(r.astype("<u2").tobytes())])
         pq.write_table(t.set_column(t.schema.get_field_index("replicate_ranks"), "replicate_ranks", col),
                        tmp_path / name)
         e, i = read_hardness(tmp_path / name)

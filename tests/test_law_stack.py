@@ -117,9 +117,12 @@ def test_group_sum_equals_bincount_with_and_without_empty_queries(rows):
     assert ragged.group_sum(np.zeros((3, 0)), np.array([0])).shape == (3, 0)
 
 
+@pytest.mark.parametrize("block", [None, 700])
 @pytest.mark.parametrize("metric,k,mode", CELLS)
-def test_stack_equals_one_row_at_a_time_and_a_brute_force_loop(metric, k, mode):
-    rng = np.random.default_rng(hash((metric, k, mode)) % 2 ** 32)
+def test_stack_equals_one_row_at_a_time_and_a_brute_force_loop(metric, k, mode, block, monkeypatch):
+    if block:          # a stack larger than one block: evaluated in blocks of rows
+        monkeypatch.setattr(law, "_STACK_BLOCK", block)
+    rng = np.random.default_rng(sum(map(ord, f"{metric}{k}{mode}")))
     n = 40 if mode == "expected" else 1e6
     x, off = _ragged(rng, 25 if mode == "expected" else 400, 8, rows=6)
     if mode == "expected":

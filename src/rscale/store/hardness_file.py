@@ -24,8 +24,9 @@ of each column; ``per_factor``, ``seed``). Versions 1 and 2 are still read (no b
 
 Version 4 adds the law's sort order, so that a query answers from a freshly decoded table without
 sorting (:func:`sorted_views`): ``x_rank`` (uint16) and ``replicate_ranks`` / ``backtest_ranks``
-(fixed-size list<uint16>, one per column), the 0-based place of the row's value in its query
-sorted ascending (ties in row order). Rows keep the sample's order (a row still joins its
+(fixed-size binary of 2 bytes per column: little-endian uint16, one per column; a flat column
+decodes in 5 ms where a list<uint16> takes 13 ms for 60k rows x 16), the 0-based place of the
+row's value in its query sorted ascending (ties in row order). Rows keep the sample's order (a row still joins its
 positive, its rerank scores and its in-pool count). Absent when a query has more than 65,535
 positives; then the reader sorts, as for versions 1-3. The ranks are checked where they are used:
 every slot of the sorted view filled once and the result sorted (else a FormatError).
@@ -108,8 +109,9 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
         for name, values in (("replicate_ranks", est.replicates),
                              ("backtest_ranks", None if "backtest" not in cols else backtest.columns)):
             if values is not None:
-                ranks = _within_query_ranks(values, est.offsets)
-                cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(ranks.ravel()), ranks.shape[1])
+                ranks = _within_query_ranks(values, est.offsets).astype("<u2")
+                cols[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(2 * ranks.shape[1]), ranks.shape[0],
+                                                                  [None, pa.py_buffer(ranks.tobytes())])
     table = pa.table(cols)
     extra = {"rscale.replicates": json.dumps(replicates_meta, sort_keys=True)} if replicates_meta else {}
     if backtest_meta:
@@ -160,9 +162,10 @@ def sorted_views(est: HardnessEstimate, info: dict) -> dict:
                               row=row, hint="re-run 'rscale estimate' to rewrite it")
         c = v.shape[1]
         view = np.full((c, v.shape[0]), np.nan)
-        dest = r.astype(np.int64)
-        dest += row_start[:, None]
-        dest += (np.arange(c, dtype=np.int64) * v.shape[0])[None, :]
+        it = np.int32 if c * v.shape[0] < 2 ** 31 else np.int64
+        dest = r.astype(it)
+        dest += row_start.astype(it)[:, None]
+        dest += (np.arange(c, dtype=it) * v.shape[0])[None, :]
         view.ravel()[dest.ravel()] = v.ravel()
         if np.isnan(view).any() or ragged._unsorted_groups(view, off).size:
             raise FormatError("the within-query ranks do not sort the values (a slot repeated or out of order)",
@@ -316,12 +319,16 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
             col = table.column(name).combine_chunks()
             if name == "x_rank":
                 ranks[name] = _numbers(table, name, None, path)[:, None]
-            elif not pa.types.is_fixed_size_list(col.type):
-                raise FormatError(f"expected a fixed-size list, got {col.type}", path=path, column=name)
+                if not np.issubdtype(ranks[name].dtype, np.integer):
+                    raise FormatError(f"expected integer ranks, got {ranks[name].dtype}", path=path, column=name)
+            elif not (pa.types.is_fixed_size_binary(col.type) and col.type.byte_width % 2 == 0) or col.null_count:
+                raise FormatError(f"expected fixed-size binary of little-endian uint16, got {col.type}", path=path,
+                                  column=name)
             else:
-                ranks[name] = _numbers(col.flatten(), None, None, path).reshape(n_rows, col.type.list_size)
-            if not np.issubdtype(ranks[name].dtype, np.integer):
-                raise FormatError(f"expected integer ranks, got {ranks[name].dtype}", path=path, column=name)
+                width = col.type.byte_width // 2
+                ranks[name] = (np.frombuffer(col.buffers()[1], dtype="<u2", count=n_rows * width,
+                                             offset=col.offset * 2 * width).reshape(n_rows, width)
+                               if n_rows else np.zeros((0, width), np.uint16))
         widths = {"replicate_ranks": None if replicates is None else replicates.shape[1],
                   "backtest_ranks": None if backtest_cols is None else backtest_cols.shape[1]}
         for name, width in widths.items():
