@@ -10,7 +10,7 @@ same hardness table (10k queries, ~60k positives, 16 replicates, 4 back-test col
 its own source tree. With ``--before SRC`` (the src/ folder of another checkout, e.g.
 ``git worktree add /tmp/main main``) the two trees' workers run interleaved, round after round,
 so both see the same machine load; the table prints each figure's median over rounds for both and
-their ratio. Figures per round (each a median of repeated calls inside the worker):
+their ratio, as wall time and as the worker's CPU time. Figures per round (each a median of repeated calls inside the worker):
 
 - ``decode``: reading one version's hardness after clearing every cache (digest check + Parquet decode)
 - ``first query``: ``api.query`` with the benchmark interval right after that decode (the per-table
@@ -51,6 +51,18 @@ def _median_ms(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
+
+
+def _timed(fn, repeat: int) -> tuple[float, float]:
+    """(median wall ms, median CPU ms of this process) of ``repeat`` calls: on a shared machine the
+    CPU time is the steadier figure (waiting for a core is not in it; cache contention still is)."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
 def make_data(out: Path) -> dict:
@@ -102,27 +114,24 @@ def setup(data: Path, root: Path) -> None:
 
 def measure(reg: Path, repeat: int) -> dict:
     """One round of the in-process figures (module docstring), in ms."""
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     from rscale import api
     api.query(QUERY, reg)
-    first_process = (time.perf_counter() - t) * 1e3
+    first_process = ((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3)
     from rscale.store import registry as registry_module
     from rscale.store.registry import Registry
 
     decode, first = [], []
-    for _ in range(max(3, repeat // 4)):
+    for _ in range(max(3, repeat // 3)):
         registry_module.clear_caches()
         r = Registry(reg)
         v = r.get("speed")
-        t = time.perf_counter()
-        r.read_hardness(v)
-        decode.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        api.query(QUERY, reg)
-        first.append(time.perf_counter() - t)
-    return {"decode": statistics.median(decode) * 1e3, "first query": statistics.median(first) * 1e3,
-            "cached query": _median_ms(lambda: api.query(QUERY, reg), repeat),
-            "cached, population --bootstrap 0": _median_ms(
+        decode.append(_timed(lambda: r.read_hardness(v), 1))
+        first.append(_timed(lambda: api.query(QUERY, reg), 1))
+    med = lambda pairs: tuple(statistics.median(p[i] for p in pairs) for i in (0, 1))   # noqa: E731
+    return {"decode": med(decode), "first query": med(first),
+            "cached query": _timed(lambda: api.query(QUERY, reg), repeat),
+            "cached, population --bootstrap 0": _timed(
                 lambda: api.query(QUERY, reg, bootstrap=0, ci_kind="population"), repeat),
             "first query of a process": first_process}
 
@@ -216,18 +225,21 @@ def main(argv=None):
           f"after {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f}; {a.rounds} rounds, medians over rounds "
           f"of per-round medians of {a.repeat} calls")
     keys = list(rows["after"][0])
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in rows.items()}
-    spread = {name: {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in keys} for name, rs in rows.items()}
+    med = {name: {k: [statistics.median(r[k][i] for r in rs) for i in (0, 1)] for k in keys}
+           for name, rs in rows.items()}
+    spread = {name: {k: (min(r[k][0] for r in rs), max(r[k][0] for r in rs)) for k in keys} for name, rs in rows.items()}
     if "before" in trees:
-        print(f"{'in process (ms)':36s} {'before':>8s} {'after':>8s} {'before/after':>13s}   after: min..max over rounds")
+        print(f"{'in process (ms)':34s} {'wall: before':>12s} {'after':>7s} {'ratio':>6s}   {'CPU: before':>11s} "
+              f"{'after':>7s} {'ratio':>6s}   after wall min..max")
         for k in keys:
-            b, f = med["before"][k], med["after"][k]
+            (bw, bc), (aw, ac) = med["before"][k], med["after"][k]
             lo, hi = spread["after"][k]
-            print(f"{k:36s} {b:8.1f} {f:8.1f} {b / f:12.1f}x   {lo:.1f}..{hi:.1f}")
+            print(f"{k:34s} {bw:12.1f} {aw:7.1f} {bw / aw:5.1f}x   {bc:11.1f} {ac:7.1f} {bc / ac:5.1f}x   {lo:.1f}..{hi:.1f}")
     else:
         for k in keys:
             lo, hi = spread["after"][k]
-            print(f"{k:36s} {med['after'][k]:8.1f} ms   (min..max over rounds {lo:.1f}..{hi:.1f})")
+            print(f"{k:34s} wall {med['after'][k][0]:8.1f} ms, CPU {med['after'][k][1]:8.1f} ms "
+                  f"(wall min..max over rounds {lo:.1f}..{hi:.1f})")
     if not a.no_cli:
         for line in cold_cli(tmp / "after" / "reg", max(5, a.rounds)):
             print(line)

@@ -184,3 +184,16 @@ def test_registry_answers_from_the_stored_order_and_equals_a_sorting_read(tmp_pa
         np.testing.assert_array_equal(predict_per_query(est, metric, 1e7, k), predict_per_query(plain, metric, 1e7, k))
         np.testing.assert_array_equal(replicate_per_query(est, metric, 1e7, k),
                                       replicate_per_query(plain, metric, 1e7, k))
+
+
+def test_reading_replicates_and_back_test_does_not_import_pyarrow_compute(tmp_path, ss):
+    # flatten() of a list column imports pyarrow.compute (~70-100 ms of a cold `rscale query`)
+    import subprocess
+    import sys
+    path = _v4(tmp_path, ss)
+    code = ("import sys; from rscale.store.hardness_file import read_hardness, sorted_views; "
+            f"est, info = read_hardness({str(path)!r}); views = sorted_views(est, info); "
+            "print(est.replicates.shape[1], info['backtest'].columns.shape[1], sorted(views), "
+            "'pyarrow.compute' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
+    assert out == ["4", "2", "['backtest', 'replicates', 'x'] False"]

@@ -50,7 +50,7 @@ from rscale.core.estimators.base import HardnessEstimate
 from rscale.core.sample_stats import SampleStats
 from rscale.errors import FormatError, SchemaVersionError
 from rscale.store.atomic import atomic_path
-from rscale.store.columns import numeric, strings
+from rscale.store.columns import list_values, numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
@@ -212,6 +212,14 @@ def _numbers(table, name: str | None, dtype, path: str) -> np.ndarray:
         raise FormatError(str(exc), path=path, column=name) from None
 
 
+def _list_numbers(col, name: str, path: str) -> np.ndarray:
+    """The float64 values of a fixed-size list column, row by row (FormatError on nulls)."""
+    try:
+        return numeric(list_values(col), np.float64)
+    except TypeError as exc:
+        raise FormatError(str(exc), path=path, column=name) from None
+
+
 def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     """Read a hardness table; returns the estimate (query order kept) and its metadata."""
     import pyarrow as pa
@@ -269,14 +277,14 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     if "draws" in table.column_names:
         col = table.column("draws").combine_chunks()
         d = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
-        flat = numeric(col.flatten(), np.float64)
+        flat = _list_numbers(col, "draws", path) if d else numeric(col.flatten(), np.float64)
         draws = flat.reshape(n_rows, d if d else flat.size // max(n_rows, 1))
     replicates = None
     if version >= 2 and "replicates" in table.column_names:
         col = table.column("replicates").combine_chunks()
         if not pa.types.is_fixed_size_list(col.type):
             raise FormatError(f"expected a fixed-size list, got {col.type}", path=path, column="replicates")
-        replicates = numeric(col.flatten(), np.float64).reshape(n_rows, col.type.list_size)
+        replicates = _list_numbers(col, "replicates", path).reshape(n_rows, col.type.list_size)
         bad = np.flatnonzero(~np.all(np.isfinite(replicates) & (replicates >= 0) & (replicates <= 1), axis=1))
         if bad.size:
             raise FormatError("a hardness replicate is outside [0, 1]", path=path, column="replicates",
@@ -292,7 +300,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
             raise FormatError("the back-test columns do not match their factors (rscale.backtest)", path=path,
                               column="backtest", hint="re-run 'rscale estimate' to rewrite it")
         backtest_cols = (np.empty((n_rows, 0)) if col is None
-                         else numeric(col.flatten(), np.float64).reshape(n_rows, width))
+                         else _list_numbers(col, "backtest", path).reshape(n_rows, width))
         bad = np.flatnonzero(~np.all(np.isfinite(backtest_cols) & (backtest_cols >= 0) & (backtest_cols <= 1), axis=1))
         if bad.size:
             raise FormatError("a back-test hardness is outside [0, 1]", path=path, column="backtest",
