@@ -117,11 +117,13 @@ def test_group_sum_equals_bincount_with_and_without_empty_queries(rows):
     assert ragged.group_sum(np.zeros((3, 0)), np.array([0])).shape == (3, 0)
 
 
-@pytest.mark.parametrize("block", [None, 700])
+@pytest.mark.parametrize("block,layout", [(None, "by position"), (700, "by position"), (700, "segments")])
 @pytest.mark.parametrize("metric,k,mode", CELLS)
-def test_stack_equals_one_row_at_a_time_and_a_brute_force_loop(metric, k, mode, block, monkeypatch):
+def test_stack_equals_one_row_at_a_time_and_a_brute_force_loop(metric, k, mode, block, layout, monkeypatch):
     if block:          # a stack larger than one block: evaluated in blocks of rows
         monkeypatch.setattr(law, "_STACK_BLOCK", block)
+    if layout == "segments":     # queries with more positives than the position-major layout takes
+        monkeypatch.setattr(law, "_MAX_BY_POSITION", 3)
     rng = np.random.default_rng(sum(map(ord, f"{metric}{k}{mode}")))
     n = 40 if mode == "expected" else 1e6
     x, off = _ragged(rng, 25 if mode == "expected" else 400, 8, rows=6)
@@ -239,3 +241,19 @@ def test_presorted_shares_index_arrays_and_keeps_values():
     assert g.j is h.j and g.query is h.query
     np.testing.assert_array_equal(g.x, [[0.2, 0.4, 0.6], [0.0, 1.0, 0.8]])
     assert replace(h, x=h.x[:1]).x.shape == (1, 3)
+
+
+def test_position_major_layout_sums_each_query_in_order():
+    off = np.array([0, 2, 5, 6, 10])               # sizes 2, 3, 1, 4
+    h = Hardness.from_flat(np.linspace(0, 1e-3, 10), off)
+    bp = h.by_position
+    assert bp.starts == (0, 4, 7, 9, 10)            # queries with > 0, > 1, > 2, > 3 positives
+    assert bp.jf.tolist() == [1] * 4 + [2] * 3 + [3] * 2 + [4]
+    v = np.arange(10.0) ** 2
+    np.testing.assert_array_equal(bp.sums(v[bp.perm]), np.bincount(ragged.group_index(off), weights=v))
+    np.testing.assert_array_equal(bp.sums(np.stack([v, -v])[:, bp.perm]),
+                                  np.stack([np.bincount(ragged.group_index(off), weights=w) for w in (v, -v)]))
+    assert h.x_by_position.flags.c_contiguous
+    big = Hardness.from_flat(np.zeros(65), np.array([0, 65]))
+    assert big.by_position is None                  # beyond _MAX_BY_POSITION: segment sums
+    assert law.ap_at_k(big, 10, None)[0] == 1.0

@@ -61,6 +61,46 @@ _WINDOW_SD = 10.0
 _CHUNK_TERMS = 1 << 22
 
 
+# Queries with at most this many positives are summed position by position (:class:`_ByPosition`);
+# beyond it the loop over positions would outgrow the per-query segment sum it replaces.
+_MAX_BY_POSITION = 64
+
+
+@dataclass(frozen=True)
+class _ByPosition:
+    """A position-major layout of per-positive values: block p holds the p-th positive (sorted
+    order) of every query with more than p positives, queries largest first, so that a per-query
+    sum is L - 1 vectorised adds of blocks (L = most positives of a query) instead of one
+    segment per query (``np.add.reduceat``: ~40% of a cached 17-row evaluation). Each query's
+    values are still added in order of position."""
+
+    perm: np.ndarray        # (P,) query-major index of each position-major slot
+    starts: tuple           # L + 1 slot offsets: block p is slots starts[p]:starts[p + 1]
+    rank: np.ndarray        # (Q,) column of query q within block 0
+    jf: np.ndarray          # (P,) float64 1-based position of each slot
+
+    @classmethod
+    def of(cls, offsets: np.ndarray, n_pos: np.ndarray) -> "_ByPosition":
+        order = np.argsort(-n_pos, kind="stable")
+        sizes = n_pos[order]
+        most = int(sizes[0]) if sizes.size else 0
+        counts = np.searchsorted(-sizes, -np.arange(most), side="left")       # queries with > p positives
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        block = np.repeat(np.arange(most, dtype=np.int64), counts)
+        perm = offsets[order[np.arange(starts[-1]) - starts[block]]] + block
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        return cls(perm=perm, starts=tuple(int(v) for v in starts), rank=rank, jf=(block + 1).astype(np.float64))
+
+    def sums(self, v: np.ndarray) -> np.ndarray:
+        """Per-query sums (..., Q), in query order, of values ``v`` (..., P) in this layout."""
+        s = self.starts
+        out = v[..., s[0]:s[1]].copy()
+        for a, b in zip(s[1:-1], s[2:]):
+            out[..., :b - a] += v[..., a:b]
+        return out[..., self.rank]
+
+
 @dataclass(frozen=True)
 class Hardness:
     """Per-positive hardness of a benchmark, sorted easiest-first inside each query.
@@ -110,8 +150,16 @@ class Hardness:
         sorted within each query (an order-preserving map of a sorted hardness: clip(x * scale_q)
         with scale_q >= 0 per query): shares ``like``'s index arrays, no re-sort, no re-check."""
         h = cls(x=x, offsets=like.offsets, query=like.query, j=like.j, n_pos=like.n_pos)
-        if "jf" in like.__dict__:
-            h.__dict__["jf"] = like.__dict__["jf"]
+        for name in ("jf", "by_position"):            # index arrays only: they do not depend on x
+            if name in like.__dict__:
+                h.__dict__[name] = like.__dict__[name]
+        return h
+
+    def _rows(self, i: int, j: int) -> "Hardness":
+        """Rows i:j of a stack, sharing the index arrays and the position-major values."""
+        h = Hardness.presorted(self.x[i:j], self)
+        if "x_by_position" in self.__dict__:
+            h.__dict__["x_by_position"] = self.__dict__["x_by_position"][i:j]
         return h
 
     @classmethod
@@ -121,6 +169,17 @@ class Hardness:
         if np.any(counts < 0) or np.any(counts > n):
             raise InvalidArgumentError(f"counts must lie in [0, N={n:g}]")
         return cls.from_flat(counts / float(n), offsets)
+
+    @cached_property
+    def by_position(self) -> "_ByPosition | None":
+        """The position-major layout of these positives (None beyond :data:`_MAX_BY_POSITION`
+        positives in a query); memoised, like :attr:`x_by_position`, with the object."""
+        return _ByPosition.of(self.offsets, self.n_pos) if self.n_pos.max(initial=0) <= _MAX_BY_POSITION else None
+
+    @cached_property
+    def x_by_position(self) -> np.ndarray:
+        """``x`` in the :attr:`by_position` layout (one gather, kept with the object)."""
+        return np.ascontiguousarray(self.x[..., self.by_position.perm])    # fancy indexing leaves a stack strided
 
     @cached_property
     def jf(self) -> np.ndarray:
@@ -231,6 +290,15 @@ def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     return out
 
 
+def _positives(h: Hardness):
+    """(x, j as float64, per-query sum) in the fastest layout of ``h``: position-major where it
+    applies, else query-major with a segment sum."""
+    bp = h.by_position
+    if bp is not None:
+        return h.x_by_position, bp.jf, bp.sums
+    return h.x, h.jf, lambda v: ragged.group_sum(v, h.offsets)
+
+
 def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -> np.ndarray:
     """Per-query AP@k (ILIAS normalisation: divide by min(k, |G|)); k=None for full AP.
 
@@ -241,17 +309,18 @@ def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -
     k = check_k(k)
     _check_mode(mode)
     norm = h.n_pos if k is None else np.minimum(h.n_pos, k)
+    x, j, sums = _positives(h)
     if mode == "plugin":
-        r = n * h.x
-        r += h.jf                                   # r = j + N x, in place (a stack is 17x the work)
-        contrib = np.divide(h.jf, r)
+        r = n * x
+        r += j                                      # r = j + N x, in place
+        contrib = np.divide(j, r)
         if k is not None:
             np.multiply(contrib, _within(r, k), out=contrib)     # j / r > 0: times 0 or 1 is exact
     else:
         ni = _integer_n(n)
-        m_max = np.full(h.x.shape, ni) if k is None else k - h.j
-        contrib = _binomial_window_sum(h.x, h.j, ni, m_max, precision=True)
-    return ragged.group_sum(contrib, h.offsets) / norm
+        m_max = np.full(x.shape, ni) if k is None else k - j
+        contrib = _binomial_window_sum(x, j, ni, m_max, precision=True)
+    return sums(contrib) / norm
 
 
 def hit_at_k(h: Hardness, n: float, k: int = 1, mode: str = "plugin") -> np.ndarray:
@@ -280,11 +349,12 @@ def recall_at_k(h: Hardness, n: float, k: int = 100, mode: str = "plugin") -> np
     if k is None:
         raise InvalidArgumentError("Recall@k needs a cut-off k")
     _check_mode(mode)
+    x, j, sums = _positives(h)
     if mode == "plugin":
-        inside = _within(h.jf + n * h.x, k).astype(np.float64)
+        inside = _within(j + n * x, k).astype(np.float64)
     else:
-        inside = _binomial_window_sum(h.x, h.j, _integer_n(n), k - h.j, precision=False)
-    return ragged.group_sum(inside, h.offsets) / h.n_pos
+        inside = _binomial_window_sum(x, j, _integer_n(n), k - j, precision=False)
+    return sums(inside) / h.n_pos
 
 
 def reciprocal_rank(h: Hardness, n: float, k: int | None = None, mode: str = "plugin") -> np.ndarray:
@@ -322,10 +392,10 @@ def p_rank1(h: Hardness, n: float, poisson: bool = False) -> np.ndarray:
 
 
 # A stack is evaluated in blocks of rows of at most this many values: one row of 60k positives
-# (0.5 MB of float64) stays in a core's own cache, where a (16, 60k) array op streams 8 MB through
-# the shared one: 40% more CPU time than row blocks on the loaded 2-core machine
-# (docs/benchmarks.md, "Query path with the interval: sorted once, stacked").
-_STACK_BLOCK = 1 << 17
+# (0.5 MB of float64) stays in a core's own cache, where a (17, 60k) array op streams 8 MB through
+# the shared one: 2-2.5x the CPU time of one row at a time on the loaded 2-core machine, and
+# blocks of 2 rows 1.3x (docs/benchmarks.md, "Query path with the interval: sorted once").
+_STACK_BLOCK = 1 << 16
 
 
 def per_query(h: Hardness, metric: str, n: float, k: int | None = None,
@@ -334,7 +404,9 @@ def per_query(h: Hardness, metric: str, n: float, k: int | None = None,
     stack (B, P), evaluated in cache-sized blocks of rows: the same values as one row at a time)."""
     if h.x.ndim == 2 and h.x.shape[0] > 1 and h.x.size > _STACK_BLOCK:
         rows = max(1, _STACK_BLOCK // max(h.x.shape[1], 1))
-        return np.concatenate([per_query(Hardness.presorted(h.x[i:i + rows], h), metric, n, k, mode)
+        if metric in ("AP", "Recall") and h.by_position is not None:
+            h.x_by_position                         # gathered once for the whole stack, kept with it
+        return np.concatenate([per_query(h._rows(i, i + rows), metric, n, k, mode)
                                for i in range(0, h.x.shape[0], rows)])
     if metric == "AP":
         return ap_at_k(h, n, k, mode)
