@@ -155,7 +155,9 @@ def _share_hardness(est, bt: Backtest, m: int):
         return est.replicate_hardness()
     h = _kept(bt, "_columns_hardness", _read_only(bt.columns, est.offsets),
               lambda: law.Hardness.from_flat(bt.columns.T, est.offsets))
-    return law.Hardness.presorted(h.x[bt.column_factors == m], h)
+    if h.by_position is not None:
+        h.x_by_position                            # the law's layout, made once for all the columns
+    return h.rows(np.flatnonzero(bt.column_factors == m))
 
 
 def _mean_metrics(est, h, metric, k, mode) -> np.ndarray:
@@ -165,7 +167,7 @@ def _mean_metrics(est, h, metric, k, mode) -> np.ndarray:
     from rscale.core import law
     s_ref = float(np.max(est.n_sampled))
     scale = np.repeat(est.n_sampled / s_ref, np.diff(est.offsets))
-    hh = h if np.all(scale == 1.0) else law.Hardness.presorted(np.clip(h.x * scale, 0.0, 1.0), h)
+    hh = h if np.all(scale == 1.0) else h.scaled(scale)
     return law.per_query(hh, metric, s_ref, k, mode).mean(axis=-1)
 
 
