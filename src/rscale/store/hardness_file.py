@@ -15,6 +15,9 @@ rule              string             what produced x: count, tail, endpoint
 draws             list<float64>      posterior draws of x (evt only; absent otherwise)
 replicates        list<float64>      R hardness replicates (version 2; rscale.core.replicates)
 backtest          list<float64>      C back-test share hardness (version 3; rscale.core.backtest)
+x_rank            uint16             place of x in its query sorted ascending (version 4)
+replicate_ranks   binary(2R)         the same per replicate, little-endian uint16 (version 4)
+backtest_ranks    binary(2C)         the same per back-test column (version 4)
 ================  =================  =====================================================
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
