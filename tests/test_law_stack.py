@@ -257,3 +257,13 @@ def test_position_major_layout_sums_each_query_in_order():
     big = Hardness.from_flat(np.zeros(65), np.array([0, 65]))
     assert big.by_position is None                  # beyond _MAX_BY_POSITION: segment sums
     assert law.ap_at_k(big, 10, None)[0] == 1.0
+
+
+def test_a_sorted_writable_input_is_copied_and_a_read_only_one_shared():
+    x = np.array([0.1, 0.2, 0.05])
+    h = Hardness.from_flat(x, np.array([0, 2, 3]))
+    x[0] = 0.9                                      # the caller's array changes; the law's view does not
+    assert h.x.tolist() == [0.1, 0.2, 0.05]
+    ro = np.array([0.1, 0.2, 0.05])
+    ro.flags.writeable = False
+    assert Hardness.from_flat(ro, np.array([0, 2, 3])).x is ro     # immutable: no copy needed

@@ -123,6 +123,7 @@ class Hardness:
     @classmethod
     def from_flat(cls, x, offsets) -> "Hardness":
         """``x``: (P,) per-positive hardness, or (B, P) for a stack; any order within a query."""
+        given = x
         x = np.asarray(x, dtype=np.float64)
         if x.ndim not in (1, 2):
             raise InvalidArgumentError("hardness must be a flat 1-D array of per-positive values "
@@ -141,8 +142,10 @@ class Hardness:
             raise InvalidArgumentError(
                 f"query {q} has no positives; a metric is undefined for it. "
                 "Drop queries without positives before evaluating.")
-        return cls(x=ragged.sorted_within_groups(x, off), offsets=off, query=ragged.group_index(off),
-                   j=ragged.position_in_group(off), n_pos=n_pos)
+        xs = ragged.sorted_within_groups(x, off)
+        if xs.flags.writeable and isinstance(given, np.ndarray) and np.may_share_memory(xs, given):
+            xs = xs.copy()          # an already-sorted input: never alias a caller's writable array
+        return cls(x=xs, offsets=off, query=ragged.group_index(off), j=ragged.position_in_group(off), n_pos=n_pos)
 
     @classmethod
     def presorted(cls, x, like: "Hardness") -> "Hardness":
