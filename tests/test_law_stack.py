@@ -163,8 +163,9 @@ def _estimate(rng, n_queries=300, reps=8, draws=None, vary_s=True):
 
 
 def _read_only(est, bt):
-    for a in (est.x, est.offsets, est.n_sampled, est.replicates, bt.columns, bt.counts):
-        a.flags.writeable = False
+    for a in (est.x, est.offsets, est.n_sampled, est.replicates, est.draws, bt.columns, bt.counts):
+        if a is not None:
+            a.flags.writeable = False
 
 
 @pytest.mark.parametrize("cached", [False, True])
@@ -182,8 +183,9 @@ def test_replicates_and_draws_as_stacks_equal_the_loop_they_replaced(cached):
         want_p = np.mean([law.per_query(Hardness.from_flat(est.draws[:, d], est.offsets), metric, 1e8, k, mode)
                           for d in range(est.draws.shape[1])], axis=0)
         np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-12)
-    if cached:      # a registry-cached (read-only) estimate sorts its replicates once
+    if cached:      # a registry-cached (read-only) estimate sorts its replicates and draws once
         assert est.replicate_hardness() is est.replicate_hardness()
+        assert "_draws_hardness" in est.__dict__
 
 
 def test_in_pool_stacks_equal_the_loop():

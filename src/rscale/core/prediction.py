@@ -56,8 +56,18 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
         return np.mean(law.per_query(h, metric, n, k, mode), axis=0)
     if est.draws is None:
         return law.per_query(est.hardness(), metric, n, k, mode)
-    h = law.Hardness.from_flat(est.draws.T, est.offsets)                     # (D, P): every draw at once
-    return np.mean(law.per_query(h, metric, n, k, mode), axis=0)
+    return np.mean(law.per_query(_draws_hardness(est), metric, n, k, mode), axis=0)
+
+
+def _draws_hardness(est: HardnessEstimate) -> law.Hardness:
+    """The law's view of the posterior draws as one stack (D, P), sorted once and kept with a
+    registry-cached (read-only) estimate, as :meth:`HardnessEstimate.replicate_hardness` does."""
+    memo = est.__dict__.get("_draws_hardness")
+    if memo is None:
+        memo = law.Hardness.from_flat(est.draws.T, est.offsets)
+        if not (est.draws.flags.writeable or est.offsets.flags.writeable):
+            est.__dict__["_draws_hardness"] = memo
+    return memo
 
 
 def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
