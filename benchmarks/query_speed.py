@@ -1,115 +1,252 @@
 """Query-path speed: answering from stored hardness in process, and the CLI's cold start.
 
-Targets (issue 4): a query over a stored hardness table of 10k queries answers in milliseconds
-in process; `rscale query` cold start close to the floor of importing duckdb + pyarrow. All
-figures are measured side by side in this run.
+Targets: issue 4 (a query over a stored hardness table of 10k queries answers in milliseconds in
+process; `rscale query` cold start close to the floor of importing duckdb + pyarrow) and issue 14
+(`rscale query` within 10 ms in process for 10k queries with the interval: 16 replicates and the
+back-test).
 
-Run: .venv/bin/python benchmarks/query_speed.py
+The in-process figures are measured in worker processes, each on its own registry holding the
+same hardness table (10k queries, ~60k positives, 16 replicates, 4 back-test columns) written by
+its own source tree. With ``--before SRC`` (the src/ folder of another checkout, e.g.
+``git worktree add /tmp/main main``) the two trees' workers run interleaved, round after round,
+so both see the same machine load; the table prints each figure's median over rounds for both and
+their ratio, as wall time and as the worker's CPU time. Figures per round (each a median of repeated calls inside the worker):
+
+- ``decode``: reading one version's hardness after clearing every cache (digest check + Parquet decode)
+- ``first query``: ``api.query`` with the benchmark interval right after that decode (the per-table
+  work: sorted views of the point, the replicates and the back-test shares, the back-test errors)
+- ``decode + first query``: the two together (hardness format 4 moves the sort order into the file,
+  so part of the old first query's work becomes decode work)
+- ``cached query``: the same query again (what every later query of the process pays)
+- ``cached, population --bootstrap 0``: the point prediction alone
+- ``first query of a process``: the worker's very first call (lazy imports, catalog, decode, work)
+
+Then the cold CLI of this tree, split into where it goes: interpreter start, ``import rscale.cli``,
+the lazy imports made while answering (the first answer minus a second one after clearing the
+caches) and the work itself (that second answer), and the slowest imports (``-X importtime``).
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/query_speed.py [--before OTHER_SRC] [--rounds 7]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import pickle
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from _timing import median_of
+HERE = str(Path(__file__).resolve().parent.parent / "src")
+QUERY = "mAP@1000 at N=1e8 for speed"
 
 
-def timed(cmd, env, repeat=5):
-    """Median wall time of running ``cmd`` (a fresh process each time)."""
-    return median_of(lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), repeat)[0]
+def _median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
-def main():
-    from rscale import api
+def _timed(fn, repeat: int) -> tuple[float, float]:
+    """(median wall ms, median CPU ms of this process) of ``repeat`` calls: on a shared machine the
+    CPU time is the steadier figure (waiting for a core is not in it; cache contention still is)."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
+
+
+def make_data(out: Path) -> dict:
+    """The table every tree stores: evt on a simulated sample of 10k queries, with 16 replicates and
+    4 quarter-share back-test columns (log-normal noise around x: their values do not change the
+    cost, and 20 fits of 10k queries would take minutes)."""
+    import numpy as np
+    from dataclasses import replace
+
+    from rscale.core.backtest import Backtest
     from rscale.core.estimators.methods import estimate
     from rscale.sim.benchmark import SimSpec, sample, simulate
-    from rscale.store.hardness_file import write_hardness
 
-    tmp = Path(tempfile.mkdtemp())
     bench = simulate(SimSpec(name="speed", family="gaussian", n_queries=10_000, mean_positives=6.0), seed=0)
     ss = sample(bench, 5_000_000, k=4000, seed=0)
     est = estimate(ss, "evt")
-    # 16 stored replicates (the interval's input; their values do not change the cost, so they are
-    # the estimate times log-normal noise here instead of 16 half-sample fits of 10k queries)
-    from dataclasses import replace
     rng = np.random.default_rng(0)
     est = replace(est, replicates=np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 16))), 0, 1))
-    # and the back-test's 4 quarter-sample columns (rscale.core.backtest), likewise noise around x
-    from rscale.core.backtest import Backtest
-    bt = Backtest(counts=ss.pos_counts, columns=np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 4))), 0, 1),
-                  column_factors=np.array([4, 4, 4, 4]))
-    h = tmp / "h.parquet"
-    write_hardness(est, ss, h, None, bt)
-    reg = tmp / "reg"
-    api.register(h, None, registry=reg)
-    # a catalog not written in the last seconds, as in use (a just-written one is never cached)
-    os.utime(reg / "catalog.duckdb", (time.time() - 60, time.time() - 60))
-    q = "mAP@1000 at N=1e8 for speed"
-    from rscale.store import registry as registry_module
+    cols = np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 4))), 0, 1)
+    arrays = {"x": est.x, "offsets": est.offsets, "rule": est.rule, "n_sampled": est.n_sampled,
+              "replicates": est.replicates, "columns": cols, "counts": ss.pos_counts}
+    with open(out, "wb") as f:
+        pickle.dump({"arrays": arrays, "method": est.method, "params": est.params, "ss": ss}, f)
+    return {"queries": int(ss.n_queries), "positives": int(ss.n_positives)}
 
-    def clear_caches():
-        if hasattr(registry_module, "clear_caches"):        # catalog rows, verified blobs, decoded tables
-            registry_module.clear_caches()
-        else:                                               # rscale before the verified read path
-            registry_module._CATALOG_CACHE.clear()
-            registry_module._decoded_hardness.cache_clear()
-    t0 = time.perf_counter()
-    api.query(q, reg, bootstrap=0)   # first query of a process: opens the catalog, decodes Parquet
-    t_first = time.perf_counter() - t0
-    t_uncached, _ = median_of(lambda: (clear_caches(), api.query(q, reg, bootstrap=0)), repeat=10)
+
+def setup(data: Path, root: Path) -> None:
+    """Write the table with this process's rscale and register it into ``root``/reg."""
+    import numpy as np
+
+    from rscale import api
+    from rscale.core.backtest import Backtest
+    from rscale.core.estimators.base import HardnessEstimate
+    from rscale.store.hardness_file import write_hardness
+
+    with open(data, "rb") as f:
+        d = pickle.load(f)
+    a = d["arrays"]
+    est = HardnessEstimate(method=d["method"], x=a["x"], offsets=a["offsets"], rule=a["rule"], n_sampled=a["n_sampled"],
+                           params=d["params"], replicates=a["replicates"])
+    bt = Backtest(counts=a["counts"], columns=a["columns"], column_factors=np.array([4, 4, 4, 4]))
+    root.mkdir(parents=True, exist_ok=True)
+    write_hardness(est, d["ss"], root / "h.parquet", None, bt)
+    api.register(root / "h.parquet", None, registry=root / "reg")
+    # a catalog not written in the last seconds, as in use (a just-written one is never cached)
+    os.utime(root / "reg" / "catalog.duckdb", (time.time() - 60, time.time() - 60))
+    api.query(QUERY, root / "reg")                       # writes the catalog snapshot
+
+
+def measure(reg: Path, repeat: int) -> dict:
+    """One round of the in-process figures (module docstring), in ms."""
+    t, c = time.perf_counter(), time.process_time()
+    from rscale import api
+    api.query(QUERY, reg)
+    first_process = ((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3)
+    from rscale.store import registry as registry_module
     from rscale.store.registry import Registry
-    v = Registry(reg).get("speed")
-    blob = Registry(reg).blob_path(v.hardness)
-    from hashlib import sha256
-    t_hash, _ = median_of(lambda: sha256(blob.read_bytes()).hexdigest(), repeat=20)
-    t_query, _ = median_of(lambda: api.query(q, reg, bootstrap=200, ci_kind="population"))
-    t_point, _ = median_of(lambda: api.query(q, reg, bootstrap=0, ci_kind="population"))
-    t_bench, _ = median_of(lambda: api.query(q, reg))
-    # the first benchmark query of a decoded table also computes the back-test's errors (law
-    # evaluations at N = S); later ones reuse them (kept with the registry-cached table)
-    from rscale.core.backtest import backtest_error
-    from rscale.store.hardness_file import read_hardness
-    est_f, info_f = read_hardness(h)                      # writable arrays: nothing kept between calls
-    t_bench_first, _ = median_of(lambda: backtest_error(est_f, info_f["backtest"], "AP", 1000, None, factor=20.0),
-                                 repeat=5)
-    from rscale.core.law import Hardness, map_at_k
-    hh = Hardness.from_flat(est.x, est.offsets)
-    t_law, _ = median_of(lambda: map_at_k(hh, 1e8, 1000), repeat=50)
-    t_query_1000, _ = median_of(lambda: api.query(q, reg, bootstrap=1000, ci_kind="population"))
-    env = {**os.environ, "RSCALE_REGISTRY": str(reg)}
+
+    decode, first = [], []
+    for _ in range(max(3, repeat // 3)):
+        registry_module.clear_caches()
+        r = Registry(reg)
+        v = r.get("speed")
+        decode.append(_timed(lambda: r.read_hardness(v), 1))
+        first.append(_timed(lambda: api.query(QUERY, reg), 1))
+    med = lambda pairs: tuple(statistics.median(p[i] for p in pairs) for i in (0, 1))   # noqa: E731
+    return {"decode": med(decode), "first query": med(first),
+            "decode + first query": med([(d[0] + f[0], d[1] + f[1]) for d, f in zip(decode, first)]),
+            "cached query": _timed(lambda: api.query(QUERY, reg), repeat),
+            "cached, population --bootstrap 0": _timed(
+                lambda: api.query(QUERY, reg, bootstrap=0, ci_kind="population"), repeat),
+            "first query of a process": first_process}
+
+
+def _run(src: str, *args, capture=True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": src}
+    return subprocess.run([sys.executable, __file__, *args], env=env, check=True, capture_output=capture, text=True)
+
+
+def cold_cli(reg: Path, repeat: int) -> list[str]:
+    """Cold `rscale query` of this tree, split into interpreter start, ``import rscale.cli``, lazy
+    imports while answering, and the work; the slowest imports from ``-X importtime``."""
+    env = {**os.environ, "RSCALE_REGISTRY": str(reg), "PYTHONPATH": HERE}
     py = sys.executable
-    t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"], env)
-    t_floor_all = timed([py, "-c", "import duckdb, pyarrow.parquet, typer, rich, numpy"], env)
-    t_help = timed([py, "-m", "rscale.cli", "--help"], env)
-    t_cli = timed([py, "-m", "rscale.cli", "query", q, "--format", "json"], env)
-    t_cli0 = timed([py, "-m", "rscale.cli", "query", q, "--format", "json", "--bootstrap", "0"], env)
-    probe = ("import sys; from rscale.cli import main; main(['query', %r, '--format', 'json', '--bootstrap', '0']); "
-             "print('pandas' in sys.modules, file=sys.stderr)" % q)
-    pandas_loaded = subprocess.run([py, "-c", probe], env=env, capture_output=True, text=True).stderr.strip()[-5:]
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}")
-    print(f"registry with one version: {ss.n_queries} queries, {ss.n_positives} positives")
-    print(f"in process, the law alone (hardness in memory)    {t_law * 1e3:8.1f} ms")
-    print(f"in process, first api.query of the process, no CI {t_first * 1e3:8.1f} ms")
-    print(f"in process, api.query, no CI, memory caches clear {t_uncached * 1e3:8.1f} ms")
-    print(f"sha256 of the hardness blob ({blob.stat().st_size / 1e6:.1f} MB)          {t_hash * 1e3:8.1f} ms")
-    print(f"in process, api.query, population --bootstrap 0 (cached){t_point * 1e3:7.1f} ms")
-    print(f"in process, api.query, benchmark interval (16 replicates + back-test, the default) {t_bench * 1e3:6.1f} ms")
-    print(f"  the back-test's errors for one measure (once per decoded table: 5 law evaluations at 20x) {t_bench_first * 1e3:6.1f} ms")
-    print(f"in process, api.query, population (200 bootstrap resamples)  {t_query * 1e3:8.1f} ms")
-    print(f"in process, api.query, population (1000 bootstrap resamples) {t_query_1000 * 1e3:8.1f} ms")
-    print(f"cold: python -c 'import duckdb, pyarrow.parquet'   {t_floor * 1e3:8.0f} ms (floor)")
-    print(f"cold: + typer, rich, numpy                          {t_floor_all * 1e3:8.0f} ms")
-    print(f"cold: rscale --help                                 {t_help * 1e3:8.0f} ms ({t_help / t_floor:.2f}x floor)")
-    print(f"cold: rscale query ... --format json                {t_cli * 1e3:8.0f} ms ({t_cli / t_floor:.2f}x floor)")
-    print(f"cold: rscale query ... --format json --bootstrap 0  {t_cli0 * 1e3:8.0f} ms ({t_cli0 / t_floor:.2f}x floor)")
-    print(f"cold: pandas imported by rscale query               {pandas_loaded.strip()}")
+
+    def timed(cmd):
+        return _median_ms(lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), repeat)
+
+    argv = ["query", QUERY, "--format", "json"]
+    probe = ("import time, json, sys; t0 = time.perf_counter(); import rscale.cli; t1 = time.perf_counter(); "
+             "from rscale.store.registry import clear_caches; import io, contextlib; "
+             "out = io.StringIO()\n"
+             "with contextlib.redirect_stdout(out): rscale.cli.main(%r)\n"
+             "t2 = time.perf_counter(); clear_caches()\n"
+             "with contextlib.redirect_stdout(out): rscale.cli.main(%r)\n"
+             "t3 = time.perf_counter(); print(json.dumps([t1 - t0, t2 - t1, t3 - t2]), file=sys.stderr)"
+             % (argv, argv))
+    splits = []
+    for _ in range(repeat):
+        p = subprocess.run([py, "-c", probe], env=env, capture_output=True, text=True)
+        splits.append(json.loads(p.stderr.strip().splitlines()[-1]))
+    imp_cli, first, second = (statistics.median(s[i] for s in splits) * 1e3 for i in range(3))
+    t_start = timed([py, "-c", "pass"])
+    t_floor = timed([py, "-c", "import duckdb, pyarrow.parquet"])
+    t_cli = timed([py, "-m", "rscale.cli", *argv])
+    t_cli0 = timed([py, "-m", "rscale.cli", *argv, "--bootstrap", "0"])
+    p = subprocess.run([py, "-X", "importtime", "-c", "import rscale.cli; rscale.cli.main(%r)" % (argv,)],
+                       env=env, capture_output=True, text=True)
+    top = []
+    for line in p.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cum, name = (s.strip() for s in line[len("import time:"):].split("|"))
+            if cum.isdigit() and not name.startswith(" ") and "." not in name.strip():
+                top.append((int(cum) / 1e3, name.strip()))
+    top = sorted(top, reverse=True)[:8]
+    return [
+        f"cold: python -c pass (interpreter start)          {t_start:8.0f} ms",
+        f"cold: python -c 'import duckdb, pyarrow.parquet'  {t_floor:8.0f} ms (floor)",
+        f"cold: rscale query ... --format json               {t_cli:8.0f} ms ({t_cli / t_floor:.2f}x floor)",
+        f"cold: rscale query ... --format json --bootstrap 0 {t_cli0:8.0f} ms",
+        f"  where it goes (one process): import rscale.cli {imp_cli:.0f} ms; answering {first:.0f} ms, of which "
+        f"lazy imports {first - second:.0f} ms and the work {second:.0f} ms (a second answer after clearing the caches)",
+        "  slowest top-level imports (cumulative, -X importtime): "
+        + ", ".join(f"{name} {ms:.0f} ms" for ms, name in top),
+    ]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", help="src/ folder of another checkout, measured interleaved with this one")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=15, help="calls per figure inside one round")
+    ap.add_argument("--no-cli", action="store_true", help="skip the cold CLI figures")
+    ap.add_argument("--setup", nargs=2, metavar=("DATA", "ROOT"), help=argparse.SUPPRESS)
+    ap.add_argument("--measure", metavar="REG", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.setup:
+        return setup(Path(a.setup[0]), Path(a.setup[1]))
+    if a.measure:
+        print(json.dumps(measure(Path(a.measure), a.repeat)))
+        return None
+    import numpy as np
+
+    tmp = Path(tempfile.mkdtemp())
+    size = make_data(tmp / "data.pkl")
+    trees = {"after": HERE, **({"before": str(Path(a.before).resolve())} if a.before else {})}
+    for name, src in trees.items():
+        _run(src, "--setup", str(tmp / "data.pkl"), str(tmp / name))
+    load0 = os.getloadavg()
+    rows = {name: [] for name in trees}
+    for i in range(a.rounds):
+        for name in (list(trees) if i % 2 else list(trees)[::-1]):          # alternate who goes first
+            out = _run(trees[name], "--measure", str(tmp / name / "reg"), "--repeat", str(a.repeat)).stdout
+            rows[name].append(json.loads(out.strip().splitlines()[-1]))
+    load1 = os.getloadavg()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"numpy {np.__version__}")
+    print(f"hardness table: {size['queries']} queries, {size['positives']} positives, 16 replicates, "
+          f"4 back-test columns; query {QUERY!r} (benchmark interval, the default)")
+    print(f"load average (1/5/15 min) before the rounds {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, "
+          f"after {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f}; {a.rounds} rounds, medians over rounds "
+          f"of per-round medians of {a.repeat} calls")
+    keys = list(rows["after"][0])
+    med = {name: {k: [statistics.median(r[k][i] for r in rs) for i in (0, 1)] for k in keys}
+           for name, rs in rows.items()}
+    spread = {name: {k: (min(r[k][0] for r in rs), max(r[k][0] for r in rs)) for k in keys} for name, rs in rows.items()}
+    if "before" in trees:
+        print(f"{'in process (ms)':34s} {'wall: before':>12s} {'after':>7s} {'ratio':>6s}   {'CPU: before':>11s} "
+              f"{'after':>7s} {'ratio':>6s}   after wall min..max")
+        for k in keys:
+            (bw, bc), (aw, ac) = med["before"][k], med["after"][k]
+            lo, hi = spread["after"][k]
+            print(f"{k:34s} {bw:12.1f} {aw:7.1f} {bw / aw:5.1f}x   {bc:11.1f} {ac:7.1f} {bc / ac:5.1f}x   {lo:.1f}..{hi:.1f}")
+    else:
+        for k in keys:
+            lo, hi = spread["after"][k]
+            print(f"{k:34s} wall {med['after'][k][0]:8.1f} ms, CPU {med['after'][k][1]:8.1f} ms "
+                  f"(wall min..max over rounds {lo:.1f}..{hi:.1f})")
+    if not a.no_cli:
+        for line in cold_cli(tmp / "after" / "reg", max(5, a.rounds)):
+            print(line)
+    return None
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ DIGESTS = {
     "hardness_v2.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "hardness_v3.parquet": "sha256:9b3eee7c2006fa252602bd678bca3e19dc274765602a3a9eeed6170a2b5ea20c",
     "hardness_v3.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
+    "hardness_v4.parquet": "sha256:89950802eabc5db7c4b79d4f12dd84ad22adee6bb826e182db03c554f288405e",
+    "hardness_v4.tail.parquet": "sha256:ab8c5bc9f7ebca28f4f3a8a3ca0be2912199654625524ae5eedfd5970f30dffb",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
     "descriptors_v1/recipe.json": "sha256:14adcc5902c2cc596f021e2a0c79786563d27b29d50ecc1be25b2d514faa2e0e",
@@ -108,6 +110,22 @@ def test_hardness_v3_carries_its_backtest_and_older_versions_read_without_one():
     # older versions: the counts alone, no back-test term (a v2 file's halves are not used alone)
     assert info1["backtest"].columns is None and info1["backtest"].factors(v1) == []
     assert info2["backtest"].columns is None and info2["backtest"].factors(v2) == []
+
+
+def test_hardness_v4_carries_the_laws_sort_order_and_older_versions_sort_on_read():
+    from rscale.core.law import Hardness
+    from rscale.store.hardness_file import sorted_views
+    v3, info3 = read_hardness(GOLDEN / "hardness_v3.parquet")
+    v4, info4 = read_hardness(GOLDEN / "hardness_v4.parquet")
+    assert info4["schema_version"] == 4 and v4.x.tolist() == v3.x.tolist()
+    assert v4.replicates[:5].tolist() == v3.replicates[:5].tolist() and v4.replicates[5:, 0].tolist() == [0.25, 0.25, 0.125]
+    assert info4["backtest"].columns.tolist() == info3["backtest"].columns.tolist()
+    assert info4["ranks"]["replicate_ranks"][5:, 0].tolist() == [1, 2, 0]      # ties in row order
+    views = sorted_views(v4, info4)
+    assert views["x"].tolist() == Hardness.from_flat(v4.x, v4.offsets).x.tolist()
+    assert views["replicates"].tolist() == Hardness.from_flat(v4.replicates.T, v4.offsets).x.tolist()
+    assert views["backtest"].tolist() == Hardness.from_flat(info4["backtest"].columns.T, v4.offsets).x.tolist()
+    assert info3["ranks"] == {} and sorted_views(v3, info3) == {}        # version 3: nothing stored, the law sorts
 
 
 def test_descriptor_set_v1_manifest_and_shards(tmp_path):

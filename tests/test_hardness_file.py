@@ -86,7 +86,7 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
     got = info["backtest"]
     np.testing.assert_array_equal(got.columns, cols)
     assert got.column_factors.tolist() == factors.tolist()
-    assert info["schema_version"] == 3 and got.factors(back) == [4]          # no replicates: no factor 2
+    assert info["schema_version"] == 4 and got.factors(back) == [4]          # no replicates: no factor 2
     # metadata that no longer matches the columns: one line naming the column, not a traceback
     t = pq.read_table(tmp_path / "h.parquet")
     md = dict(t.schema.metadata)
@@ -112,3 +112,88 @@ def test_a_sample_too_small_for_quarters_keeps_its_halves_back_test(tmp_path):
     assert info["backtest"].factors(est) == [2] and info["backtest"].columns.shape == (small.n_positives, 0)
     row = api.predict(tmp_path / "h.parquet", sizes=[1e6])[0]
     assert row["backtest_factor"] == 2
+
+
+def _v4(tmp_path, ss):
+    from rscale.core.backtest import Backtest
+    est = estimate(ss, "count")
+    rng = np.random.default_rng(2)
+    reps = np.round(np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 4)), 0, 1), 4)
+    cols = np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 2)), 0, 1)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4]))
+    write_hardness(replace(est, replicates=reps), ss, tmp_path / "h.parquet", None, bt)
+    return tmp_path / "h.parquet"
+
+
+def test_version_4_ranks_give_the_laws_sorted_views_and_bad_ranks_are_refused(tmp_path, ss):
+    from rscale.core.law import Hardness
+    from rscale.store.hardness_file import sorted_views
+    path = _v4(tmp_path, ss)
+    est, info = read_hardness(path)
+    views = sorted_views(est, info)
+    np.testing.assert_array_equal(views["x"], Hardness.from_flat(est.x, est.offsets).x)
+    np.testing.assert_array_equal(views["replicates"], Hardness.from_flat(est.replicates.T, est.offsets).x)
+    np.testing.assert_array_equal(views["backtest"], Hardness.from_flat(info["backtest"].columns.T, est.offsets).x)
+    t = pq.read_table(path)
+    stored = t.column("replicate_ranks").combine_chunks()
+    assert str(stored.type) == "fixed_size_binary[8]"                  # 4 little-endian uint16 per row
+    ranks = np.frombuffer(stored.buffers()[1], "<u2").reshape(-1, 4).copy()
+    q0 = slice(0, int(est.offsets[1]))
+    import pyarrow as pa
+
+    def with_ranks(r, name):
+        col = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), r.shape[0], [None, pa.py_buffer(r.astype("<u2").tobytes())])
+        pq.write_table(t.set_column(t.schema.get_field_index("replicate_ranks"), "replicate_ranks", col),
+                       tmp_path / name)
+        e, i = read_hardness(tmp_path / name)
+        return lambda: sorted_views(e, i)
+    repeated = ranks.copy()
+    repeated[q0, 1] = 0                                   # every positive of query 0 in one slot
+    with pytest.raises(FormatError, match="do not sort") as err:
+        with_ranks(repeated, "repeated.parquet")()
+    assert err.value.column == "replicate_ranks"
+    # a permutation, but not the sorting one: the ranks of a query with distinct values, reversed
+    q = next(q for q in range(est.offsets.size - 1)
+             if len(set(est.replicates[est.offsets[q]:est.offsets[q + 1], 2].tolist())) > 1)
+    rows = slice(int(est.offsets[q]), int(est.offsets[q + 1]))
+    swapped = ranks.copy()
+    swapped[rows, 2] = (est.offsets[q + 1] - est.offsets[q] - 1) - ranks[rows, 2]
+    with pytest.raises(FormatError, match="do not sort"):
+        with_ranks(swapped, "swapped.parquet")()
+    beyond = ranks.copy()
+    beyond[0, 0] = 60_000
+    with pytest.raises(FormatError, match="beyond its query") as err:
+        with_ranks(beyond, "beyond.parquet")()
+    assert err.value.row == 0
+
+
+def test_registry_answers_from_the_stored_order_and_equals_a_sorting_read(tmp_path, ss):
+    from rscale import api
+    from rscale.core.prediction import predict_per_query, replicate_per_query
+    from rscale.store.registry import Registry, clear_caches
+    path = _v4(tmp_path, ss)
+    api.register(path, None, registry=tmp_path / "reg")
+    clear_caches()
+    reg = Registry(tmp_path / "reg")
+    v = reg.versions()[0]
+    est, info = reg.read_hardness(v)
+    assert "_hardness" in est.__dict__ and "_replicate_hardness" in est.__dict__   # seeded from the ranks
+    assert "_columns_hardness" in info["backtest"].__dict__
+    plain, _ = read_hardness(path)                           # writable: sorts on every call
+    for metric, k in (("AP", 100), ("RR", None), ("R", 1)):
+        np.testing.assert_array_equal(predict_per_query(est, metric, 1e7, k), predict_per_query(plain, metric, 1e7, k))
+        np.testing.assert_array_equal(replicate_per_query(est, metric, 1e7, k),
+                                      replicate_per_query(plain, metric, 1e7, k))
+
+
+def test_reading_replicates_and_back_test_does_not_import_pyarrow_compute(tmp_path, ss):
+    # flatten() of a list column imports pyarrow.compute (~70-100 ms of a cold `rscale query`)
+    import subprocess
+    import sys
+    path = _v4(tmp_path, ss)
+    code = ("import sys; from rscale.store.hardness_file import read_hardness, sorted_views; "
+            f"est, info = read_hardness({str(path)!r}); views = sorted_views(est, info); "
+            "print(est.replicates.shape[1], info['backtest'].columns.shape[1], sorted(views), "
+            "'pyarrow.compute' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
+    assert out == ["4", "2", "['backtest', 'replicates', 'x'] False"]

@@ -57,8 +57,24 @@ def hardness_v3():
                    {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0})
 
 
+def hardness_v4():
+    """hardness_v4.parquet: the v3 file plus the law's within-query ranks of x, the replicates and the
+    back-test columns (format version 4), with two exact ties in a query (q2's replicate 0)."""
+    from dataclasses import replace
+
+    from rscale.core.backtest import Backtest
+    ss = sample_stats()
+    est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)
+    reps = np.clip(est.x[:, None] * np.array([0.5, 2.0, 0.8, 1.25])[None, :], 0.0, 1.0)
+    reps[5:8, 0] = [0.25, 0.25, 0.125]
+    cols = np.clip(est.x[:, None] * np.array([0.7, 1.4, 0.9, 1.1])[None, :], 0.0, 1.0)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 8, 8]))
+    write_hardness(replace(est, replicates=reps), ss, HERE / "hardness_v4.parquet",
+                   {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0})
+
+
 def main():
-    hardness_v3()
+    hardness_v4()
 
 
 def v1_files():

@@ -131,27 +131,56 @@ def sample_metric(est, counts, metric: str, k) -> np.ndarray:
     return law.per_query(h, metric, s_ref, k, "plugin")
 
 
-def _mean_metric(est, x, metric, k, mode) -> float:
-    """Mean metric of hardness ``x`` for a gallery of S_q distractors per query (x S_q / S_ref at
-    N = S_ref: the plug-in rank j + S_q x)."""
+def _kept(owner, name: str, read_only: bool, make):
+    """``make()``, kept in ``owner.__dict__[name]`` when the arrays it is made from are read-only
+    (a registry-cached table, immutable): then it is made once per decoded table."""
+    memo = owner.__dict__.get(name)
+    if memo is None:
+        memo = make()
+        if read_only:
+            owner.__dict__[name] = memo
+    return memo
+
+
+def _read_only(*arrays) -> bool:
+    return all(a is not None and not a.flags.writeable for a in arrays)
+
+
+def _share_hardness(est, bt: Backtest, m: int):
+    """The law's view of the stored shares at factor m as one stack (shares, P), each sorted within
+    queries: the replicates' for m = 2 (kept by the estimate), the share columns' otherwise (the
+    columns sorted once, kept with the back-test of a registry-cached table)."""
+    from rscale.core import law
+    if m == 2:
+        return est.replicate_hardness()
+    h = _kept(bt, "_columns_hardness", _read_only(bt.columns, est.offsets),
+              lambda: law.Hardness.from_flat(bt.columns.T, est.offsets))
+    if h.by_position is not None:
+        h.x_by_position                            # the law's layout, made once for all the columns
+    return h.rows(np.flatnonzero(bt.column_factors == m))
+
+
+def _mean_metrics(est, h, metric, k, mode) -> np.ndarray:
+    """Mean metric of each row of the sorted stack ``h`` for a gallery of S_q distractors per query
+    (x S_q / S_ref at N = S_ref: the plug-in rank j + S_q x). The per-query scale keeps the order
+    within a query (clip(x S_q / S_ref) is non-decreasing in x), so the sorted stack is reused."""
     from rscale.core import law
     s_ref = float(np.max(est.n_sampled))
     scale = np.repeat(est.n_sampled / s_ref, np.diff(est.offsets))
-    xx = x if np.all(scale == 1.0) else np.clip(x * scale, 0.0, 1.0)
-    h = law.Hardness.from_flat(np.ascontiguousarray(xx), est.offsets)
-    return float(law.per_query(h, metric, s_ref, k, mode).mean())
+    hh = h if np.all(scale == 1.0) else h.scaled(scale)
+    return law.per_query(hh, metric, s_ref, k, mode).mean(axis=-1)
 
 
 def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int) -> np.ndarray:
     """Signed errors of every stored share at factor m: its prediction at N = S minus the exact value."""
     from rscale.core.prediction import resolve_mode
+    from rscale.core import law
     mode = resolve_mode(metric, mode)
-    truth = float(sample_metric(est, bt.counts, metric, k).mean())
-    if m == 2:
-        cols = [est.replicates[:, j] for j in range(est.replicates.shape[1])]
-    else:
-        cols = [bt.columns[:, j] for j in np.flatnonzero(bt.column_factors == m)]
-    return np.array([_mean_metric(est, x, metric, k, mode) for x in cols]) - truth
+    s_ref = float(np.max(est.n_sampled))
+    counts = _kept(bt, "_counts_hardness", _read_only(bt.counts, est.offsets, est.n_sampled),    # sample_metric's view
+                   lambda: law.Hardness.from_flat(np.asarray(bt.counts, dtype=np.float64) / s_ref, est.offsets))
+    truth = float(law.per_query(counts, metric, s_ref, k, "plugin").mean())
+    return _mean_metrics(est, _share_hardness(est, bt, m), metric, k, mode) - truth
 
 
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,

@@ -51,31 +51,37 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
             from rscale.errors import InvalidArgumentError
             raise InvalidArgumentError("in-pool predictions use the plug-in mode")
         s = np.repeat(est.n_sampled, np.diff(est.offsets))
-        draws = [est.x] if est.draws is None else [est.draws[:, d] for d in range(est.draws.shape[1])]
-        vals = [law.per_query(law.Hardness.from_flat(in_pool_hardness(x, in_pool_counts, s, float(n)), est.offsets),
-                              metric, n, k, mode) for x in draws]
-        return np.mean(vals, axis=0)
+        draws = est.x[None] if est.draws is None else est.draws.T           # (D, P): one stack
+        h = law.Hardness.from_flat(in_pool_hardness(draws, in_pool_counts, s, float(n)), est.offsets)
+        return np.mean(law.per_query(h, metric, n, k, mode), axis=0)
     if est.draws is None:
         return law.per_query(est.hardness(), metric, n, k, mode)
-    vals = [law.per_query(law.Hardness.from_flat(est.draws[:, d], est.offsets), metric, n, k, mode)
-            for d in range(est.draws.shape[1])]
-    return np.mean(vals, axis=0)
+    return np.mean(law.per_query(_draws_hardness(est), metric, n, k, mode), axis=0)
+
+
+def _draws_hardness(est: HardnessEstimate) -> law.Hardness:
+    """The law's view of the posterior draws as one stack (D, P), sorted once and kept with a
+    registry-cached (read-only) estimate, as :meth:`HardnessEstimate.replicate_hardness` does."""
+    memo = est.__dict__.get("_draws_hardness")
+    if memo is None:
+        memo = law.Hardness.from_flat(est.draws.T, est.offsets)
+        if not (est.draws.flags.writeable or est.offsets.flags.writeable):
+            est.__dict__["_draws_hardness"] = memo
+    return memo
 
 
 def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
                         mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
     """Per-query predicted metric from each stored hardness replicate (a half-sample estimate), shape (R, Q)."""
     mode = resolve_mode(metric, mode)
-    r = est.replicates.shape[1]
     if in_pool_counts is not None:
         if mode != "plugin":
             from rscale.errors import InvalidArgumentError
             raise InvalidArgumentError("in-pool predictions use the plug-in mode")
         s = np.repeat(est.n_sampled, np.diff(est.offsets))
-        return np.stack([law.per_query(law.Hardness.from_flat(in_pool_hardness(est.replicates[:, j], in_pool_counts,
-                                                                                s, float(n)), est.offsets),
-                                       metric, n, k, mode) for j in range(r)])
-    return np.stack([law.per_query(h, metric, n, k, mode) for h in est.replicate_hardness()])
+        h = law.Hardness.from_flat(in_pool_hardness(est.replicates.T, in_pool_counts, s, float(n)), est.offsets)
+        return law.per_query(h, metric, n, k, mode)
+    return law.per_query(est.replicate_hardness(), metric, n, k, mode)     # (R, Q) in one array operation
 
 
 def predict(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,

@@ -41,6 +41,15 @@ def numeric(column, dtype=None) -> np.ndarray:
     return out.astype(dtype) if dtype is not None else out.copy()
 
 
+def list_values(column):
+    """The flat values of a fixed-size list Array (no null lists), in row order, without
+    ``flatten()``: that imports pyarrow.compute (~70-100 ms of a cold ``rscale query``)."""
+    if column.null_count:
+        raise TypeError("null lists where fixed-size lists of numbers are expected")
+    size = column.type.list_size
+    return column.values.slice(column.offset * size, len(column) * size)
+
+
 def strings(column) -> np.ndarray:
     """A string column (plain or dictionary-encoded chunks) as an object array of str."""
     import pyarrow as pa

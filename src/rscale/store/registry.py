@@ -56,7 +56,28 @@ def _decoded_hardness(path: str, digest: str):
               info["backtest"].columns]:
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
+    _keep_sorted_views(est, info)
     return est, info
+
+
+def _keep_sorted_views(est, info) -> None:
+    """Seed the law's memoised views of a read-only decoded table (``est.hardness()``,
+    ``est.replicate_hardness()``, the back-test's share stack) from the file's stored ranks
+    (hardness format 4, :func:`rscale.store.hardness_file.sorted_views`), so that no query sorts."""
+    from rscale.core.law import Hardness
+    from rscale.store.hardness_file import sorted_views
+
+    views = sorted_views(est, info)
+    for name, view in views.items():
+        view.flags.writeable = False
+    if "x" not in views:
+        return
+    # the reader checked every value (finite, in [0, 1]) and sorted_views the order: no second check
+    h = est.__dict__["_hardness"] = Hardness.from_flat(views["x"], est.offsets)
+    if "replicates" in views:
+        est.__dict__["_replicate_hardness"] = Hardness.presorted(views["replicates"], h)
+    if "backtest" in views:
+        info["backtest"].__dict__["_columns_hardness"] = Hardness.presorted(views["backtest"], h)
 
 
 @lru_cache(maxsize=8)

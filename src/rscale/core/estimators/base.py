@@ -38,21 +38,15 @@ class HardnessEstimate:
             memo = self.__dict__["_hardness"] = Hardness.from_flat(self.x, self.offsets)
         return memo
 
-    def replicate_hardness(self) -> list[Hardness]:
-        """The law's view of each of the R replicates (one Hardness per replicate: evaluated one
-        at a time, their index arrays shared, so the work stays cache-sized).
-        Memoised like :meth:`hardness`; the replicates share this estimate's offsets."""
+    def replicate_hardness(self) -> Hardness:
+        """The law's view of the R replicates as one stack: a :class:`Hardness` whose ``x`` is
+        (R, P), each replicate sorted within queries on its own, so that every metric evaluates
+        all R in one array operation (``rscale.core.law``). Memoised like :meth:`hardness`."""
         if self.replicates is None:
             raise ValueError("this estimate has no replicates")
         memo = self.__dict__.get("_replicate_hardness")
         if memo is None:
-            from dataclasses import replace
-            # one shared (offsets, query, j, n_pos): positions within a query do not depend on the
-            # values, so each replicate adds only its sorted x (cache-sized work per replicate)
-            base = Hardness.from_flat(np.ascontiguousarray(self.replicates[:, 0]), self.offsets)
-            memo = [base] + [replace(base, x=Hardness.from_flat(np.ascontiguousarray(self.replicates[:, r]),
-                                                                 self.offsets).x)
-                             for r in range(1, self.replicates.shape[1])]
+            memo = Hardness.from_flat(self.replicates.T, self.offsets)
             if not (self.replicates.flags.writeable or self.offsets.flags.writeable):
                 self.__dict__["_replicate_hardness"] = memo
         return memo
