@@ -8,8 +8,10 @@ benchmarks/accuracy.py calls them; and the naive value at S. Compared with the t
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
 whether the interval ``rscale predict --sample`` prints covers the truth, and its width.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/realset/check.py [--data benchmarks/realset/data]
-Prints a markdown table (pasted into docs/benchmarks.md) and writes --json if given.
+Run: PYTHONPATH=src .venv/bin/python benchmarks/realset/check.py [--set realset | realset2] [--data DIR]
+(``--set NAME`` reads benchmarks/NAME/data: the icon set of docs/realset.md, the WordNet set of
+docs/realset2.md; ``--data`` any folder of the same layout). Prints a markdown table (pasted into
+docs/benchmarks.md) and writes --json if given.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def cli(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(Path(__file__).parent / "data"))
+    ap.add_argument("--set", default="realset", help="benchmarks/SET/data (realset, realset2); --data overrides")
+    ap.add_argument("--data", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--methods", default=",".join(HARDNESS + CURVES),
                     help="comma-separated subset of the estimators to run (default: all)")
@@ -51,7 +54,7 @@ def main(argv=None):
     from rscale.errors import InvalidArgumentError
     from rscale.store.sample_stats_file import read_sample_stats
 
-    data = Path(a.data)
+    data = Path(a.data) if a.data else Path(__file__).resolve().parent.parent / a.set / "data"
     man = json.loads((data / "manifest.json").read_text())
     n, truth = man["pool"], man["truth_map_at_1000"]
     rows = []

