@@ -132,7 +132,7 @@ def main(argv=None):
     def run(name, mask, k):
         dset = pool_set(name, mask)
         tmp = sets / f"{name}.sample_stats.parquet"
-        score(sets / "queries", sets / "positives", sets / "qrels.parquet", dset, tmp, fraction=1.0,
+        score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=dset, out=tmp, fraction=1.0,
               k=min(k, int(mask.sum())), meta={"benchmark": BENCHMARK, "draw": name}, lineage=False)
         ss = read_sample_stats(tmp)
         t = to_table(ss)
