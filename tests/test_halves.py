@@ -29,9 +29,9 @@ def make_sets(root, seed, backbone):
     return root
 
 
-def score(root, out, *, seed=0, halves=True, fraction=0.5):
+def score(root, out, *, seed=0, halves=True, fraction=0.5, chunk=700):
     api.score(root / "queries", root / "positives", qrels=root / "qrels.parquet", distractors_dir=root / "distractors",
-              out=out, fraction=fraction, seed=seed, k=K, backend="numpy", chunk=700, lineage=False, halves=halves)
+              out=out, fraction=fraction, seed=seed, k=K, backend="numpy", chunk=chunk, lineage=False, halves=halves)
     return read_sample_stats(out)
 
 
@@ -178,3 +178,36 @@ def test_two_backbones_on_one_sample_pair_and_another_sample_is_refused(scored, 
     assert row["value"] == pytest.approx(row["value_a"] - row["value_b"])
     with pytest.raises(InvalidArgumentError, match="do not pair"):
         api.query("mAP@100 at N=1e5 for alpha vs gamma", reg)
+
+
+def test_reranked_replicates_use_the_recorded_halves_of_the_hardness_replicates(scored):
+    """With rerank scores and recorded halves, the reranked input's half i is the joint tail of the
+    same recorded half the hardness replicates are estimated from."""
+    from dataclasses import replace
+
+    from rscale.core.rerank_law import joint_from_top_smoothed
+    from rscale.core.rerank_replicates import reranked_input
+    from rscale.core.replicates import SEED
+    _, ss = scored
+    rr = replace(ss, top_rerank=ss.top_scores[:, :12] * 0.5 + 0.1, pos_rerank=ss.pos_scores * 0.5 + 0.1)
+    inp = reranked_input(rr, splits=4, seed=SEED)
+    for i in range(4):
+        for j, half in enumerate(recorded_halves(rr, i)):
+            grid, joint = joint_from_top_smoothed(half.top_rerank, half.n_sampled, half.pos_rerank, half.pos_offsets)
+            assert np.array_equal(inp.halves[2 * i + j].grid, grid) and np.array_equal(inp.halves[2 * i + j].joint, joint)
+
+
+def test_halves_on_the_ray_engine_are_refused_before_any_work(tmp_path):
+    root = tmp_path / "sets"
+    api.make_descriptor_sets(root, instances=4, dim=8, positives=2, distractors=200, seed=0)
+    with pytest.raises(InvalidArgumentError, match="local engine only"):
+        api.score(root / "queries", root / "positives", qrels=root / "qrels.parquet", distractors_dir=root / "distractors",
+                  out=tmp_path / "o.parquet", k=10, engine="ray", halves=True, lineage=False)
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_recorded_halves_do_not_depend_on_the_chunking(scored, tmp_path):
+    root, ss = scored
+    write_sample_stats(ss, tmp_path / "a.parquet")
+    score(root, tmp_path / "b.parquet", chunk=4096)
+    assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "a.parquet").read_bytes()

@@ -27,9 +27,9 @@ they merge with the partials, exactly and in any order.
 
 Optionally (``halves=True``, off by default) the engine records the half-sample membership by
 distractor id (:mod:`rscale.core.halves`): each chunk comes with its rows' membership bytes; the
-top-K is also kept by (score, membership byte) (a :class:`TopCandidates` of R = K whose
-"positions" are the bytes: ties of equal score and byte are interchangeable, so the result does
-not depend on the chunking), each positive gets per split the half-A survivors at or above it
+top-K is also kept by identity (a :class:`TopCandidates` of R = K whose "positions" are
+256 x position + membership byte: the same total order as the candidates', so the result does not
+depend on the chunking, and the byte is the low 8 bits), each positive gets per split the half-A survivors at or above it
 (the same difference array as its count, weighted by the split's bit) and each query the half-A
 sizes. Scoring callers add the sampled id set's sums (:func:`rscale.core.halves.id_set_sums`).
 
@@ -229,7 +229,7 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
         raise InvalidArgumentError(f"distractor chunk has shape {chunk.shape}; expected (C, {queries.vectors.shape[1]})")
     if chunk.shape[0] == 0:
         return state
-    if state.cand is not None and positions is None:
+    if (state.cand is not None or state.top_halves is not None) and positions is None:
         positions = int(state.n[0]) + np.arange(chunk.shape[0], dtype=np.int64)
     if state.top_halves is not None:
         if halves is None or np.shape(halves) != (chunk.shape[0],):
@@ -282,7 +282,7 @@ def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, po
     if full.cand is not None:
         full.cand.rows(a, b).fold(s, positions)
     if halves is not None:
-        full.top_halves.rows(a, b).fold(s, halves)
+        full.top_halves.rows(a, b).fold(s, np.asarray(positions, np.int64) * 256 + halves)
     # early chunks (K-th best still low, many candidates per row, estimated on every 8th row):
     # one partition of the whole block is cheaper than collecting and buffering candidates
     if np.count_nonzero(s[::8] > state.kth[::8, None]) > s[::8].shape[0] * BUFFER // 2:
@@ -376,7 +376,7 @@ def to_sample_stats(queries: Queries, state: Partial, meta: dict | None = None) 
         if not np.array_equal(state.top_halves.scores, top):
             raise RuntimeError("the top-K kept with membership bytes differs from the top-K scores (engine bug)")
         from rscale.core.halves import RULE, id_set_digest
-        halves = dict(top_halves=state.top_halves.positions.astype(np.uint8), pos_halves=state.half_counts.copy(),
+        halves = dict(top_halves=(state.top_halves.positions & 255).astype(np.uint8), pos_halves=state.half_counts.copy(),
                       n_halves=state.half_n.copy())
         meta.update(halves_rule=RULE, **({"sample_ids": id_set_digest(state.id_sums)} if state.id_sums[0] else {}))
     ss = SampleStats(query_ids=queries.ids, n_sampled=state.n.copy(), top_scores=top.astype(np.float64),
