@@ -78,7 +78,7 @@ def main(argv=None):
 def coverage(args, api, run, roots, tmp, read_sample_stats):
     from rscale.core.backtest import Backtest, backtest_hardness
     from rscale.core.estimators.methods import estimate
-    from rscale.core.interval import difference_intervals
+    from rscale.core.interval import difference_intervals, predicted_intervals
     from rscale.core.metrics import ap_at_k_from_counts
     from rscale.core.replicates import hardness_replicates, split_key
 
@@ -90,8 +90,9 @@ def coverage(args, api, run, roots, tmp, read_sample_stats):
     truth = float(exact[0].mean() - exact[1].mean())
     print(f"\npool {args.distractors}, samples of {args.fraction:g}; exact mAP@1000 A {exact[0].mean():.4f}, "
           f"B {exact[1].mean():.4f}, A - B {truth:+.4f}")
-    print("| seed | S | A - B | paired 95% interval | covers | split keys equal |\n|---|---|---|---|---|---|")
-    covered = 0
+    print("| seed | S | A - B | paired 95% interval | covers | split keys equal | paired / own width |\n"
+          "|---|---|---|---|---|---|---|")
+    covered, ratios = 0, []
     for seed in range(args.seeds):
         fits, keys = [], []
         for i, root in enumerate(roots):
@@ -103,12 +104,18 @@ def coverage(args, api, run, roots, tmp, read_sample_stats):
             keys.append(split_key(ss, splits=8))
         (ea, ba), (eb, bb) = fits
         ((pa, pb, lo, hi, _, _),) = difference_intervals(ea, eb, [("AP", 1000, n)], backtest_a=ba, backtest_b=bb)
+        # replicate terms alone: the paired interval against the two own intervals in quadrature
+        ((_, _, lo0, hi0, _, _),) = difference_intervals(ea, eb, [("AP", 1000, n)])
+        ((_, la, ha, _),), ((_, lb, hb, _),) = predicted_intervals(ea, [("AP", 1000, n)]), predicted_intervals(eb, [("AP", 1000, n)])
+        ratio = (hi0 - lo0) / np.hypot(ha - la, hb - lb)
+        ratios.append(ratio)
         d = float((pa - pb).mean())
         ok = lo <= truth <= hi
         covered += ok
         print(f"| {seed} | {int(ea.n_sampled.max())} | {d:+.4f} | {lo:+.4f}..{hi:+.4f} | {'yes' if ok else 'no'} | "
-              f"{keys[0] == keys[1]} |")
-    print(f"covered {covered}/{args.seeds}")
+              f"{keys[0] == keys[1]} | {ratio:.2f} |")
+    print(f"covered {covered}/{args.seeds}; paired / own width {min(ratios):.2f}..{max(ratios):.2f} "
+          f"(mean {np.mean(ratios):.2f})")
 
 
 if __name__ == "__main__":
