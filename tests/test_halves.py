@@ -211,3 +211,23 @@ def test_recorded_halves_do_not_depend_on_the_chunking(scored, tmp_path):
     write_sample_stats(ss, tmp_path / "a.parquet")
     score(root, tmp_path / "b.parquet", chunk=4096)
     assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "a.parquet").read_bytes()
+
+
+def test_score_halves_on_the_command_line(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from cli_checks import one_line_exit_2
+
+    from rscale.cli import main
+    root = tmp_path / "sets"
+    api.make_descriptor_sets(root, instances=6, dim=8, positives=2, distractors=400, seed=0)
+    args = ["score", "--queries", str(root / "queries"), "--positives", str(root / "positives"), "--qrels",
+            str(root / "qrels.parquet"), "--distractors", str(root / "distractors"), "--k", "20", "--backend", "numpy"]
+    assert main([*args, "--out", str(tmp_path / "o.parquet"), "--halves"]) == 0
+    got = read_sample_stats(tmp_path / "o.parquet")
+    assert got.has_halves and got.meta["sample_ids"].startswith("n=400 ")
+    capsys.readouterr()
+    one_line_exit_2(capsys, [*args, "--out", str(tmp_path / "r.parquet"), "--halves", "--engine", "ray"],
+                    "local engine only")
+    assert not (tmp_path / "r.parquet").exists()
