@@ -172,6 +172,9 @@ def test_two_backbones_on_one_sample_pair_and_another_sample_is_refused(scored, 
         src = (root_a.parent if path == "a" else tmp_path) / f"{path}.parquet"
         api.estimate(src, "evt", out=tmp_path / f"{path}.h.parquet", replicates=8, backtest=False)
         api.register(tmp_path / f"{path}.h.parquet", src, registry=reg, backbone=name)
+    from rscale.store.hardness_file import read_hardness
+    info = read_hardness(tmp_path / "b.h.parquet")[1]["replicates"]
+    assert info["halves"] == "by distractor id" and info["split_key"] == split_key(ss_a, splits=4)
     ans = api.query("mAP@100 at N=1e5 for alpha vs beta", reg)
     (row,) = ans["rows"]
     assert row["paired"] == "replicates" and row["ci_low"] <= row["value"] <= row["ci_high"]
