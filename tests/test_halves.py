@@ -200,15 +200,6 @@ def test_reranked_replicates_use_the_recorded_halves_of_the_hardness_replicates(
             assert np.array_equal(inp.halves[2 * i + j].grid, grid) and np.array_equal(inp.halves[2 * i + j].joint, joint)
 
 
-def test_halves_on_the_ray_engine_are_refused_before_any_work(tmp_path):
-    root = tmp_path / "sets"
-    api.make_descriptor_sets(root, instances=4, dim=8, positives=2, distractors=200, seed=0)
-    with pytest.raises(InvalidArgumentError, match="local engine only"):
-        api.score(root / "queries", root / "positives", qrels=root / "qrels.parquet", distractors_dir=root / "distractors",
-                  out=tmp_path / "o.parquet", k=10, engine="ray", halves=True, lineage=False)
-    assert not (tmp_path / "o.parquet").exists()
-
-
 def test_recorded_halves_do_not_depend_on_the_chunking(scored, tmp_path):
     root, ss = scored
     write_sample_stats(ss, tmp_path / "a.parquet")
@@ -231,6 +222,5 @@ def test_score_halves_on_the_command_line(tmp_path, capsys):
     got = read_sample_stats(tmp_path / "o.parquet")
     assert got.has_halves and got.meta["sample_ids"].startswith("n=400 ")
     capsys.readouterr()
-    one_line_exit_2(capsys, [*args, "--out", str(tmp_path / "r.parquet"), "--halves", "--engine", "ray"],
-                    "local engine only")
+    one_line_exit_2(capsys, [*args, "--out", str(tmp_path / "r.parquet"), "--halves", "--k", "0"], "k must be")
     assert not (tmp_path / "r.parquet").exists()

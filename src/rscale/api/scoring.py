@@ -58,7 +58,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     to rerank the top K' of a gallery of N from a sample of S, R >= K' S / N with a margin
     (:func:`rscale.score.candidates.candidate_count`).
 
-    ``halves`` (off by default; local engine): also record which half of each of the 8 replicate
+    ``halves`` (off by default): also record which half of each of the 8 replicate
     splits every sampled distractor is in, by its id (:mod:`rscale.core.halves`, sample stats schema
     version 3), so that two backbones scored on the same sample have paired replicates
     (``rscale query "... for A vs B"``).
@@ -84,9 +84,6 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
                                    f"kept by id for reranking; 0 = none), got {candidates!r}")
     from rscale.distributed.runtime import check_engine
     check_engine(engine, address)
-    if halves and engine != "local":
-        raise InvalidArgumentError("recorded halves (--halves) are scored by the local engine only; drop --halves "
-                                   "or score with --engine local")
     qs, ps, ds = DescriptorSet.open(queries_dir), DescriptorSet.open(positives_dir), DescriptorSet.open(distractors_dir)
     # the Ray engine's tasks check their own distractor shard (the driver never reads the pool)
     for d in (qs, ps, ds) if engine == "local" else (qs, ps):
@@ -161,7 +158,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
                 merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
                                                        fraction=fraction, seed=seed, common=common,
                                                        checkpoint=checkpoint, progress=progress,
-                                                       candidates=candidates)
+                                                       candidates=candidates, halves=halves)
         except RscaleError:
             # refused input (a damaged shard): a refused command leaves nothing behind; a crash
             # (anything else) keeps the finished partials for the rerun
