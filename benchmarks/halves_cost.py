@@ -13,6 +13,7 @@ difference. Samples of A and B with the same seed hold the same distractor ids, 
 replicates pair (one split key), though their top scores differ.
 
 Run: PYTHONPATH=src python benchmarks/halves_cost.py [--queries 500 --distractors 200000 --dim 64 --k 1000]
+     [--b-noise 0.3: B = A perturbed, correlated backbones]
      [--seeds 10 --fraction 0.05]
 """
 
@@ -43,18 +44,23 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=0)
     ap.add_argument("--fraction", type=float, default=0.05)
+    ap.add_argument("--b-noise", type=float, default=0.0,
+                    help="> 0: backbone B is A's vectors plus this much Gaussian noise, renormalised (correlated "
+                         "backbones); 0: B is an independent generated set of the same ids")
     args = ap.parse_args(argv)
     from rscale import api
     from rscale.store.sample_stats_file import read_sample_stats
 
     tmp = Path(tempfile.mkdtemp(prefix="rscale-halves-"))
     roots = []
-    for name, seed in (("alpha", 1), ("beta", 2)):
+    for name, seed in (("alpha", 1), ("beta", 2))[:1 if args.b_noise > 0 else 2]:
         root = tmp / name
         api.make_descriptor_sets(root, instances=args.queries, dim=args.dim, positives=3,
                                  distractors=args.distractors, hard_share=0.002, seed=seed, backbone=name,
                                  noise=(0.6, 1.2))
         roots.append(root)
+    if args.b_noise > 0:
+        roots.append(perturbed(roots[0], tmp / "beta", args.b_noise))
 
     def run(root, out, fraction, seed, halves):
         return api.score(root / "queries", root / "positives", qrels=root / "qrels.parquet",
@@ -73,6 +79,25 @@ def main(argv=None):
         print(f"| {'on' if halves else 'off'} | {secs:.2f} | {secs / base[0]:.2f}x | {size:,} | {size / base[1]:.2f}x |")
     if args.seeds:
         coverage(args, api, run, roots, tmp, read_sample_stats)
+
+
+def perturbed(src, out, eps):
+    """Backbone B: every vector of A's sets plus N(0, eps^2 / d) per coordinate, renormalised."""
+    import shutil
+
+    from rscale.store.descriptor_set import DescriptorSet, write_descriptor_set
+    rng = np.random.default_rng(99)
+    for role in ("queries", "positives", "distractors"):
+        ds = DescriptorSet.open(src / role)
+        ids = ds.ids()
+        v = np.concatenate([np.asarray(x, np.float32) for _, x in ds.shards()])
+        v = v + rng.normal(0.0, eps / np.sqrt(v.shape[1]), v.shape).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        meta = {k: ds.manifest[k] for k in ("benchmark", "pooling", "resolution") if k in ds.manifest}
+        write_descriptor_set(out / role, [(ids, v)], role=role, meta={**meta, "backbone": "beta",
+                             "source": ds.manifest.get("source", "")}, shard_size=65_536)
+    shutil.copy(src / "qrels.parquet", out / "qrels.parquet")
+    return out
 
 
 def coverage(args, api, run, roots, tmp, read_sample_stats):
