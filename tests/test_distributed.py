@@ -94,6 +94,21 @@ def test_candidates_on_ray_resumed_are_the_local_engines(ray_local, sets, tmp_pa
     assert a.replace_schema_metadata(None).equals(b.replace_schema_metadata(None)) and a.num_rows == 24 * 15
 
 
+def test_recorded_halves_on_ray_resumed_are_the_local_engines(ray_local, sets, tmp_path, monkeypatch):
+    # the half-sample membership (score --halves) travels with the partials, through the checkpoint
+    from rscale.store.sample_stats_file import read_sample_stats
+    local = tmp_path / "local.parquet"
+    api.score(**score_args(sets, local, halves=True))
+    out = tmp_path / "ss.parquet"
+    monkeypatch.setenv(FAULT_ENV, "raise:2")
+    with pytest.raises(Exception, match="injected failure of shard 2"):
+        api.score(**score_args(sets, out, engine="ray", halves=True))
+    monkeypatch.delenv(FAULT_ENV)
+    summary = api.score(**score_args(sets, out, engine="ray", halves=True))
+    assert summary["resumed_shards"] == 5
+    assert out.read_bytes() == local.read_bytes() and read_sample_stats(out).has_halves
+
+
 def test_partials_of_another_run_are_not_reused(ray_local, sets, local_run, tmp_path, monkeypatch):
     # a crashed run with another seed leaves partials; a run with the local run's seed must ignore them
     out = tmp_path / "ss.parquet"

@@ -90,13 +90,15 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
     if replicates:
         from dataclasses import replace
 
-        from rscale.core.replicates import SEED, hardness_replicates, split_key
+        from rscale.core.replicates import SEED, hardness_replicates, split_key, uses_recorded_halves
         from rscale.errors import RscaleError
         try:
             reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2)
             est = replace(est, replicates=reps)
             rep_meta = {"R": int(reps.shape[1]), "splits": replicates // 2, "kind": "half-sample pairs", "seed": SEED,
                         "split_key": split_key(ss, splits=replicates // 2, seed=SEED)}   # what pairs two versions
+            if uses_recorded_halves(ss, replicates // 2):
+                rep_meta["halves"] = "by distractor id"      # read off the sample stats (rscale.core.halves)
         except RscaleError as exc:       # a sample too small to halve: stored without, and said
             rep_note = f"no replicates: {exc}"
     from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness

@@ -58,9 +58,9 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
         if info_a["replicates"]["split_key"] != info_b["replicates"]["split_key"]:
             raise InvalidArgumentError(
                 f"{a_name} and {b_name} do not pair: their half-samples are not the same split of the same "
-                "distractors (halves keep positions of each query's sampled top-K list, so they match only for the "
-                "same queries, S and top scores: two estimates of one sample, or versions that differ only in their "
-                f"positives); ask 'for {q.backbones[0]}, {q.backbones[1]}' for each one's own interval")
+                "distractors (two backbones pair when both are scored with 'rscale score --halves' on the same "
+                "sample; without recorded halves only two estimates of one sample, or versions that differ only in "
+                f"their positives, do); ask 'for {q.backbones[0]}, {q.backbones[1]}' for each one's own interval")
     cells = [(m, float(n)) for m in q.measures for n in q.sizes]
     answers = difference_intervals(est_a, est_b, [(m.law_metric, m.k, n) for m, n in cells], mode=q.mode,
                                    ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,

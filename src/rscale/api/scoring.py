@@ -39,7 +39,7 @@ def scored_backbone(queries_manifest: dict, distractors_manifest: dict) -> str:
 def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: float = 1.0, seed: int = 0,
           k: int = 4000, backend: str = "auto", chunk: int = 16384, meta: dict | None = None,
           lineage: bool = True, engine: str = "local", address: str | None = None, num_cpus: int | None = None,
-          progress: bool = False, candidates: int = 0) -> dict:
+          progress: bool = False, candidates: int = 0, halves: bool = False) -> dict:
     """Score a hash-sampled share of a distractor set against the queries; write sample stats.
 
     ``fraction`` 1.0 scores the whole pool (the exact full-gallery evaluation); below 1 it scores
@@ -57,6 +57,11 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
     (:mod:`rscale.store.candidate_lists`), the lists ``rscale rerank-sample`` reranks. R <= k;
     to rerank the top K' of a gallery of N from a sample of S, R >= K' S / N with a margin
     (:func:`rscale.score.candidates.candidate_count`).
+
+    ``halves`` (off by default): also record which half of each of the 8 replicate
+    splits every sampled distractor is in, by its id (:mod:`rscale.core.halves`, sample stats schema
+    version 3), so that two backbones scored on the same sample have paired replicates
+    (``rscale query "... for A vs B"``).
     """
     import json
     import math
@@ -117,7 +122,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
               "distractors": digest_file(Path(distractors_dir) / "manifest.json"),
               "qrels": digest_file(qrels)}
     params = {"fraction": fraction, "seed": seed, "k": k, "backend": backend, "chunk": chunk,
-              **({"candidates": candidates} if candidates else {})}
+              **({"candidates": candidates} if candidates else {}), **({"halves": True} if halves else {})}
     # the benchmark is what the queries (and their positives) were drawn from: their sets record it
     benchmark = qs.manifest.get("benchmark") or ps.manifest.get("benchmark")
     meta = {**({"benchmark": str(benchmark)} if benchmark else {}), **(meta or {}),
@@ -135,7 +140,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
         from rscale.score.engine import merge_shard_partials
         from rscale.score.shard import score_shard, shard_offsets
         partials = [score_shard(queries, i, v, k=k, backend=backend, chunk=chunk, fraction=fraction, seed=seed,
-                                where=str(ds.root / s["vectors"]), candidates=candidates, offset=o)
+                                where=str(ds.root / s["vectors"]), candidates=candidates, offset=o, halves=halves)
                     for (i, v), s, o in zip(ds.shards(), ds.manifest["shards"], shard_offsets(ds.manifest))]
         merged, report = merge_shard_partials(partials)
     else:
@@ -153,7 +158,7 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
                 merged, report, resumed = score_on_ray(ray, queries, ds, k=k, backend=backend, chunk=chunk,
                                                        fraction=fraction, seed=seed, common=common,
                                                        checkpoint=checkpoint, progress=progress,
-                                                       candidates=candidates)
+                                                       candidates=candidates, halves=halves)
         except RscaleError:
             # refused input (a damaged shard): a refused command leaves nothing behind; a crash
             # (anything else) keeps the finished partials for the rerun

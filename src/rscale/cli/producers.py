@@ -87,6 +87,8 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
           candidates: int = typer.Option(0, help="Also keep each query's top R sampled distractors by id, written "
                                          "next to the output as <stem>.candidates.parquet (for rerank-sample; "
                                          "0 = none, R <= --k)."),
+          halves: bool = typer.Option(False, "--halves", help="Record each sampled distractor's half-sample "
+                                      "membership by id, so backbones scored on the same sample pair (A vs B)."),
           backend: str = typer.Option("auto", help="numpy (BLAS), faiss, torch (a CUDA GPU when present) or auto "
                                                    "(torch on a GPU for large jobs, else numpy)."),
           engine: str = typer.Option("local", help=ENGINE_HELP),
@@ -98,7 +100,7 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
     output_file(out)
     summary = api.score(queries_dir=queries, positives_dir=positives, qrels=qrels, distractors_dir=distractors,
                         out=out, fraction=fraction, seed=seed, k=k, backend=backend, engine=engine, address=address,
-                        progress=True, candidates=candidates)
+                        progress=True, candidates=candidates, halves=halves)
     output.print_mapping(summary, fmt)
     if summary.get("drifting"):
         output.warn(summary["drift"])

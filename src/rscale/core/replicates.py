@@ -38,11 +38,15 @@ median of the draws (+0.007, +0.006 in the mean).
 
 Cost: 2 * splits estimator fits (R = 2 * splits replicates).
 
-Which distractors a half holds (what pairs two versions' replicates, :func:`split_key`): split i
+Which distractors a half holds (what pairs two versions' replicates, :func:`split_key`): when the
+sample stats record the halves by distractor id (schema version 3, written by ``rscale score``,
+:mod:`rscale.core.halves`), split i is read off them exactly, and the key is the hash rule with the
+digest of the sampled id set: two backbones scored on the same distractor sample pair, whatever
+their scores. Otherwise (older files, simulated samples, ``splits`` > 8) split i
 thins each query's top-K list by position with the generator seeded ``seed + i`` (the same
 kept positions for any sample of the same Q and K) and the sampled distractors beyond the list by
-Binomial draws on the count increments between positives. Halves are not keyed by distractor id
-(sample stats carry none), so two versions' half i hold the same distractors only when their
+Binomial draws on the count increments between positives. Those halves are not keyed by
+distractor id, so two versions' half i hold the same distractors only when their
 samples have the same queries, the same S and the same top-K scores (the same distractors in
 the same order): two estimates of one sample, or versions that differ in their positives alone.
 Beyond the top list the increments depend on the positives, so there the halves of such versions
@@ -69,11 +73,39 @@ def split_key(ss, *, splits: int, seed: int = SEED) -> str:
     difference_intervals`). Example: two estimates of one sample stats file share a key."""
     import hashlib
     h = hashlib.sha256()
+    if uses_recorded_halves(ss, splits):
+        from rscale.core.halves import RULE
+        ids = ss.meta.get("sample_ids")
+        parts = [RULE, f"splits={int(splits)}", "\x00".join(ss.query_ids.astype(str))]
+        if ids:                      # the sampled id set decides the halves: scores do not enter
+            parts.append(f"sample_ids {ids}")
+        for part in parts:
+            h.update(part.encode() + b"\x01")
+        if not ids:                  # recorded by hand without the id digest: this sample alone
+            for a in (ss.n_sampled, ss.n_halves, ss.top_scores, ss.top_halves):
+                h.update(np.ascontiguousarray(a).tobytes())
+        return "sha256:" + h.hexdigest()
     for part in (SPLIT_RULE, f"splits={int(splits)} seed={int(seed)} k={ss.k}", "\x00".join(ss.query_ids.astype(str))):
         h.update(part.encode() + b"\x01")
     h.update(np.ascontiguousarray(ss.n_sampled, dtype="<i8").tobytes())
     h.update(np.ascontiguousarray(ss.top_scores, dtype="<f8").tobytes())
     return "sha256:" + h.hexdigest()
+
+
+def uses_recorded_halves(ss, splits: int) -> bool:
+    """Whether the replicates of ``splits`` splits come from the recorded halves (module docstring)."""
+    from rscale.core.sample_stats import HALF_SPLITS
+    return bool(getattr(ss, "has_halves", False)) and int(splits) <= HALF_SPLITS
+
+
+def replicate_halves(ss, split: int, *, splits: int, seed: int = SEED):
+    """The two halves (A, B) of split ``split`` of ``splits``: recorded by id when the sample stats
+    hold them, else the seeded thinning (module docstring)."""
+    if uses_recorded_halves(ss, splits):
+        from rscale.core.halves import recorded_halves
+        return recorded_halves(ss, split)
+    from rscale.core.subsample import split_halves
+    return split_halves(ss, seed=seed + split)
 
 
 CE_METRIC = ("AP", 1000, "expected")     # the measure a certainty equivalent matches
@@ -128,7 +160,6 @@ def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_
     stored ``params``): columns 2i, 2i + 1 are the disjoint halves of split i."""
     from rscale.core.estimators.methods import estimate as run
     from rscale.core.estimators.methods import stored_params
-    from rscale.core.subsample import split_halves
     from rscale.errors import InvalidArgumentError
 
     if splits < 2:
@@ -137,6 +168,6 @@ def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_
     out = np.empty((ss.n_positives, 2 * splits))
     n_ref = CE_FACTOR * float(np.max(ss.n_sampled))
     for i in range(splits):
-        for j, half in enumerate(split_halves(ss, seed=seed + i)):
+        for j, half in enumerate(replicate_halves(ss, i, splits=splits, seed=seed)):
             out[:, 2 * i + j] = point_column(run(half, method, **kwargs), n_ref)
     return out

@@ -62,10 +62,10 @@ class RerankedInput:
 
 def reranked_input(ss, *, splits: int, seed: int, tail: bool = True) -> RerankedInput:
     """The reranked input of sample stats with rerank scores: the sample's joint tails and, for
-    ``splits`` > 0, those of the halves of split i made with seed ``seed + i`` (the seeds the
-    hardness replicates used: :func:`rscale.core.replicates.hardness_replicates`)."""
+    ``splits`` > 0, those of the halves of split i that the hardness replicates used
+    (:func:`rscale.core.replicates.replicate_halves`: recorded by id, else seeded ``seed + i``)."""
     from rscale.core.rerank_law import joint_from_top, joint_from_top_smoothed
-    from rscale.core.subsample import split_halves
+    from rscale.core.replicates import replicate_halves
 
     if not ss.has_rerank:
         raise InvalidArgumentError("these sample stats hold no rerank scores (top_rerank_scores, positive_rerank_scores)")
@@ -78,7 +78,7 @@ def reranked_input(ss, *, splits: int, seed: int, tail: bool = True) -> Reranked
         grid, joint = make(part.top_rerank, part.n_sampled, part.pos_rerank, part.pos_offsets)
         return JointTails(grid, joint)
 
-    halves = [tails(h) for i in range(splits) for h in split_halves(ss, seed=seed + i)]
+    halves = [tails(h) for i in range(splits) for h in replicate_halves(ss, i, splits=splits, seed=seed)]
     return RerankedInput(np.asarray(ss.pos_rerank, np.float64), np.asarray(ss.pos_offsets, np.int64), tails(ss),
                          tuple(halves))
 

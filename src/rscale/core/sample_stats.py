@@ -3,7 +3,9 @@
 Per query: S (how many distractors were sampled and scored) and the top-K sampled distractor
 scores, descending. Per positive: its id, its score and its sampled exceedance count c (sampled
 distractors scoring at or above it). Plus free-form metadata (backbone, benchmark, distractor
-source, sampler, seed, K). The on-disk form is documented in docs/formats.md; reading and
+source, sampler, seed, K). Optionally (schema version 3) the recorded half-sample membership
+(:mod:`rscale.core.halves`): per top-K entry the 8-bit mask of the halves it is in, per positive
+and per query the half-A counts of each of the 8 splits. The on-disk form is documented in docs/formats.md; reading and
 writing live in :mod:`rscale.store.sample_stats_file`. This module only holds the value and its
 validation, so that errors can name the column and the first bad row.
 """
@@ -17,7 +19,8 @@ import numpy as np
 from rscale.core import ragged
 from rscale.errors import FormatError
 
-SCHEMA_VERSION = 2          # the newest this rscale reads; files without rerank scores are written as 1
+SCHEMA_VERSION = 3          # the newest this rscale reads; files are written with the lowest version that holds them
+HALF_SPLITS = 8             # splits a recorded membership mask holds (one bit each)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,13 @@ class SampleStats:
     meta: dict = field(default_factory=dict)
     top_rerank: np.ndarray | None = None   # (Q, R) rerank scores of the top R <= K, first-stage order
     pos_rerank: np.ndarray | None = None   # (P,) rerank scores of the positives
+    top_halves: np.ndarray | None = None   # (Q, K) uint8: bit i set = the top entry is in half A of split i
+    pos_halves: np.ndarray | None = None   # (P, 8) int64: half-A sampled distractors at or above, per split
+    n_halves: np.ndarray | None = None     # (Q, 8) int64: half-A size of each split
+
+    @property
+    def has_halves(self) -> bool:
+        return self.top_halves is not None
 
     @property
     def has_rerank(self) -> bool:
@@ -39,8 +49,8 @@ class SampleStats:
 
     @property
     def schema_version(self) -> int:
-        """1 for first-stage stats alone, 2 when rerank scores travel with them."""
-        return 2 if self.has_rerank else 1
+        """1 for first-stage stats alone, 2 when rerank scores travel with them, 3 with recorded halves."""
+        return 3 if self.has_halves else 2 if self.has_rerank else 1
 
     @property
     def n_queries(self) -> int:
@@ -136,6 +146,8 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
             fail("positive_rerank_scores", int(pq[np.flatnonzero(~np.isfinite(pr))[0]]), "NaN or infinite score")
 
     c = ss.pos_counts
+    if ss.has_halves or ss.pos_halves is not None or ss.n_halves is not None:
+        _validate_halves(ss, fail, path)
     neg = np.flatnonzero((c < 0) | (c > s[pq]))
     if neg.size:
         i = int(neg[0])
@@ -152,6 +164,37 @@ def validate(ss: SampleStats, path: str | None = None) -> SampleStats:
              f"({int(t[i])} of the top {k} are >= its score {ss.pos_scores[i]:.6g})",
              "the count must be the number of sampled distractors scoring at or above the positive")
     return ss
+
+
+def _validate_halves(ss: SampleStats, fail, path) -> None:
+    """The recorded halves (schema version 3): all three columns, shapes, ranges, and per positive
+    inside the top list its half-A counts equal the masks of the top entries at or above it."""
+    cols = {"top_halves": ss.top_halves, "positive_halves": ss.pos_halves, "n_halves": ss.n_halves}
+    absent = [name for name, v in cols.items() if v is None]
+    if absent:
+        raise FormatError("recorded halves need all of top_halves, positive_halves and n_halves", path=path,
+                          column=absent[0], hint="write the file with rscale score, or drop all three columns")
+    q, k, h = ss.n_queries, ss.k, HALF_SPLITS
+    for name, v, shape in (("top_halves", ss.top_halves, (q, k)), ("positive_halves", ss.pos_halves, (ss.n_positives, h)),
+                           ("n_halves", ss.n_halves, (q, h))):
+        if v.shape != shape:
+            raise FormatError(f"{name} has shape {v.shape}, expected {shape} ({h} splits)", path=path, column=name)
+    pq = ragged.group_index(ss.pos_offsets)
+    bad = np.flatnonzero(((ss.n_halves < 0) | (ss.n_halves > ss.n_sampled[:, None])).any(axis=1))
+    if bad.size:
+        fail("n_halves", int(bad[0]), "half size outside [0, S]")
+    bad = np.flatnonzero(((ss.pos_halves < 0) | (ss.pos_halves > ss.pos_counts[:, None])).any(axis=1))
+    if bad.size:
+        fail("positive_halves", int(pq[bad[0]]), "half count outside [0, positive_counts]")
+    inside = ss.pos_counts < k
+    if inside.any():
+        bits = (ss.top_halves[:, :, None] >> np.arange(h, dtype=np.uint8)) & 1            # (Q, K, 8)
+        cum = np.concatenate([np.zeros((q, 1, h), np.int64), np.cumsum(bits, axis=1, dtype=np.int64)], axis=1)
+        want = cum[pq[inside], ss.pos_counts[inside]]                                       # (P_in, 8)
+        off = np.flatnonzero((want != ss.pos_halves[inside]).any(axis=1))
+        if off.size:
+            fail("positive_halves", int(pq[np.flatnonzero(inside)[off[0]]]),
+                 "half counts disagree with the top_halves masks of the top entries at or above the positive")
 
 
 def count_at_or_above(top: np.ndarray, offsets: np.ndarray, scores: np.ndarray) -> np.ndarray:

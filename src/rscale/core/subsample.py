@@ -114,7 +114,8 @@ def subsample_k(ss: SampleStats, k: int) -> SampleStats:
         return ss
     from dataclasses import replace
     rerank = {} if not ss.has_rerank else {"top_rerank": ss.top_rerank[:, :k]}
-    return replace(ss, top_scores=ss.top_scores[:, :k], **rerank)
+    halves = {} if not ss.has_halves else {"top_halves": ss.top_halves[:, :k]}
+    return replace(ss, top_scores=ss.top_scores[:, :k], **rerank, **halves)
 
 
 __all__ = ["split_halves", "subsample", "subsample_k"]

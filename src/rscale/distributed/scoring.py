@@ -45,7 +45,7 @@ def _fault_for(index: int):
 
 
 def shard_partial(queries: Queries, root: str, index: int, *, k: int, backend: str, chunk: int,
-                  fraction: float, seed: int, threads: int, fault=None, candidates: int = 0):
+                  fraction: float, seed: int, threads: int, fault=None, candidates: int = 0, halves: bool = False):
     """Body of one task: verify shard ``index`` of the set at ``root`` and score its sample."""
     from rscale.errors import FormatError
 
@@ -64,12 +64,12 @@ def shard_partial(queries: Queries, root: str, index: int, *, k: int, backend: s
     ids, vectors = ds.shard(index)
     return score_shard(queries, ids, vectors, k=k, backend=backend, chunk=chunk, fraction=fraction, seed=seed,
                        where=str(ds.root / ds.manifest["shards"][index]["vectors"]), threads=threads,
-                       candidates=candidates, offset=shard_offsets(ds.manifest)[index])
+                       candidates=candidates, offset=shard_offsets(ds.manifest)[index], halves=halves)
 
 
 def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, backend: str, chunk: int,
                  fraction: float, seed: int, common: str, checkpoint=None, cpus_per_task: int = 1,
-                 max_retries: int = 3, progress: bool = False, candidates: int = 0):
+                 max_retries: int = 3, progress: bool = False, candidates: int = 0, halves: bool = False):
     """Score every shard of ``distractors`` in a Ray task -> (merged partial, DriftReport or None,
     number of shards taken from the checkpoint).
 
@@ -81,22 +81,30 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
     keys = [shard_key(common, s) for s in shards]
     q, p = queries.vectors.shape[0], queries.pos_scores.size
 
-    from rscale.store.partial_file import load_partial, save_partial
+    from rscale.store.partial_file import load_partial, load_partial_halves, save_partial
 
     def stored(i):
         arrays = None if checkpoint is None else load_partial(checkpoint, keys[i], q, p, k, candidates)
         if arrays is None:
             return None
+        extra = {}
+        if halves:
+            h = load_partial_halves(checkpoint, keys[i], q, p, k)
+            if h is None:
+                return None
+            extra = dict(top_halves=TopCandidates(h[0].astype(np.float32), h[1].astype(np.int64)),
+                         half_counts=h[2].astype(np.int64), half_n=h[3].astype(np.int64), id_sums=h[4].astype(np.uint64))
         top, n, counts, cand = arrays
         return Partial(top, top.min(axis=1), np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
-                       n, counts, None if cand is None else TopCandidates(*cand))
+                       n, counts, None if cand is None else TopCandidates(*cand), **extra)
 
     resumed = {i for i in range(len(shards)) if stored(i) is not None}
     task = ray.remote(shard_partial).options(max_retries=max_retries, retry_exceptions=[OSError],
                                               num_cpus=cpus_per_task)
     qref = ray.put(queries)
     pending = {task.remote(qref, str(distractors.root), i, k=k, backend=backend, chunk=chunk, fraction=fraction,
-                           seed=seed, threads=cpus_per_task, fault=_fault_for(i), candidates=candidates): i
+                           seed=seed, threads=cpus_per_task, fault=_fault_for(i), candidates=candidates,
+                           halves=halves): i
                for i in range(len(shards)) if i not in resumed}
     refs, first_error = {}, None
     from rich.console import Console
@@ -114,7 +122,9 @@ def score_on_ray(ray, queries: Queries, distractors: DescriptorSet, *, k: int, b
                     continue
                 if checkpoint is not None:
                     save_partial(checkpoint, keys[i], part.top, part.n, part.counts,   # then the object can go
-                                 None if part.cand is None else (part.cand.scores, part.cand.positions))
+                                 None if part.cand is None else (part.cand.scores, part.cand.positions),
+                                 None if part.top_halves is None else (part.top_halves.scores, part.top_halves.positions,
+                                                                       part.half_counts, part.half_n, part.id_sums))
                 else:
                     refs[i] = ref
                 bar.advance(job)

@@ -25,6 +25,14 @@ Optionally (``candidates=R``, off by default) the engine also keeps each query's
 distractors by identity, the candidates a reranker rescores (:mod:`rscale.score.candidates`);
 they merge with the partials, exactly and in any order.
 
+Optionally (``halves=True``, off by default) the engine records the half-sample membership by
+distractor id (:mod:`rscale.core.halves`): each chunk comes with its rows' membership bytes; the
+top-K is also kept by identity (a :class:`TopCandidates` of R = K whose "positions" are
+256 x position + membership byte: the same total order as the candidates', so the result does not
+depend on the chunking, and the byte is the low 8 bits), each positive gets per split the half-A survivors at or above it
+(the same difference array as its count, weighted by the split's bit) and each query the half-A
+sizes. Scoring callers add the sampled id set's sums (:func:`rscale.core.halves.id_set_sums`).
+
 Tie rule: a distractor whose float32 score equals a positive's float32 score counts as above it.
 Positive scores are computed by the same float32 GEMM routine as distractor scores.
 """
@@ -62,6 +70,10 @@ class Partial:
     n: np.ndarray            # (Q,) int64 distractors seen
     counts: np.ndarray       # (P,) int64 distractors at or above each positive
     cand: TopCandidates | None = None   # each query's R best by identity (rscale.score.candidates), if asked
+    top_halves: TopCandidates | None = None   # recorded halves: the top-K by (score, membership byte)
+    half_counts: np.ndarray | None = None     # (P, 8) int64 half-A distractors at or above each positive
+    half_n: np.ndarray | None = None          # (Q, 8) int64 half-A distractors seen
+    id_sums: np.ndarray | None = None         # (3,) uint64 sums of the sampled ids (rscale.core.halves)
 
     def flush(self, rows=None) -> "Partial":
         """Merge the buffered candidates of ``rows`` (default: all) into their top-K."""
@@ -86,8 +98,13 @@ class Partial:
         both = np.concatenate([self.top, other.top], axis=1)
         top = np.partition(both, both.shape[1] - k, axis=1)[:, -k:]
         cand = None if self.cand is None else self.cand.merge(other.cand)
+        halves = {}
+        if self.top_halves is not None:
+            with np.errstate(over="ignore"):
+                halves = dict(top_halves=self.top_halves.merge(other.top_halves), half_counts=self.half_counts + other.half_counts,
+                              half_n=self.half_n + other.half_n, id_sums=self.id_sums + other.id_sums)
         return Partial(top, top.min(axis=1), np.full_like(self.buf, -np.inf), np.zeros_like(self.fill),
-                       self.n + other.n, self.counts + other.counts, cand)
+                       self.n + other.n, self.counts + other.counts, cand, **halves)
 
     def sorted_top(self) -> np.ndarray:
         self.flush()
@@ -100,7 +117,7 @@ class Partial:
         self.flush()
         q = self.top.shape[0]
         return Partial(self.top, self.kth, np.empty((q, 0), dtype=np.float32), np.zeros(q, dtype=np.int64),
-                       self.n, self.counts, self.cand)
+                       self.n, self.counts, self.cand, self.top_halves, self.half_counts, self.half_n, self.id_sums)
 
 
 @dataclass(frozen=True)
@@ -176,24 +193,31 @@ def _gemm(q: np.ndarray, d: np.ndarray, backend: str) -> np.ndarray:
     return q @ d.T
 
 
-def empty_partial(queries: Queries, k: int, candidates: int = 0) -> Partial:
-    """A partial of no distractors; ``candidates`` R > 0 also keeps each query's R best by identity."""
+def empty_partial(queries: Queries, k: int, candidates: int = 0, halves: bool = False) -> Partial:
+    """A partial of no distractors; ``candidates`` R > 0 also keeps each query's R best by identity,
+    ``halves`` records the half-sample membership (module docstring)."""
+    from rscale.core.sample_stats import HALF_SPLITS
     q = queries.vectors.shape[0]
+    extra = {}
+    if halves:
+        extra = dict(top_halves=TopCandidates.empty(q, k), half_counts=np.zeros((queries.pos_scores.size, HALF_SPLITS), np.int64),
+                     half_n=np.zeros((q, HALF_SPLITS), np.int64), id_sums=np.zeros(3, np.uint64))
     if not 0 <= candidates <= k:
         raise InvalidArgumentError(f"candidates must lie in [0, K={k}] (the top sampled distractors kept by id), "
                                    f"got {candidates}")
     return Partial(np.full((q, k), -np.inf, dtype=np.float32), np.full(q, -np.inf, dtype=np.float32),
                    np.full((q, BUFFER), -np.inf, dtype=np.float32), np.zeros(q, dtype=np.int64),
                    np.zeros(q, dtype=np.int64), np.zeros(queries.pos_scores.size, dtype=np.int64),
-                   TopCandidates.empty(q, candidates) if candidates else None)
+                   TopCandidates.empty(q, candidates) if candidates else None, **extra)
 
 
 def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: str = "numpy",
-                threads: int | None = None, positions=None) -> Partial:
+                threads: int | None = None, positions=None, halves=None) -> Partial:
     """Fold one chunk of distractor vectors (C, d) into ``state`` (returned, updated in place).
 
     ``positions`` (C,): the chunk's rows in the distractor set, needed when ``state`` keeps
     candidates by identity (default: the next rows after those seen, for a single stream).
+    ``halves`` (C,) uint8: the chunk's membership bytes, needed when ``state`` records halves.
 
     After the GEMM, every row's work (threshold filter, top-K buffer, positive counts) touches
     only that row's state and that row's positives, so row blocks are folded on ``threads``
@@ -205,15 +229,22 @@ def score_chunk(queries: Queries, chunk: np.ndarray, state: Partial, backend: st
         raise InvalidArgumentError(f"distractor chunk has shape {chunk.shape}; expected (C, {queries.vectors.shape[1]})")
     if chunk.shape[0] == 0:
         return state
-    if state.cand is not None and positions is None:
+    if (state.cand is not None or state.top_halves is not None) and positions is None:
         positions = int(state.n[0]) + np.arange(chunk.shape[0], dtype=np.int64)
+    if state.top_halves is not None:
+        if halves is None or np.shape(halves) != (chunk.shape[0],):
+            raise InvalidArgumentError("this partial records halves: pass the chunk's membership bytes (halves=)")
+        halves = np.asarray(halves, dtype=np.uint8)
+        state.half_n += _bits(halves).sum(axis=0)
+    else:
+        halves = None
     s = _gemm(queries.vectors, chunk, backend)                     # (Q, C) float32
     state.n += chunk.shape[0]
     blocks = _row_blocks(queries.vectors.shape[0], threads)
     if len(blocks) == 1:
-        _fold(queries, s, state, 0, queries.vectors.shape[0], positions)
+        _fold(queries, s, state, 0, queries.vectors.shape[0], positions, halves)
     else:
-        for f in [_pool(len(blocks)).submit(_fold, queries, s, state, a, b, positions) for a, b in blocks]:
+        for f in [_pool(len(blocks)).submit(_fold, queries, s, state, a, b, positions, halves) for a, b in blocks]:
             f.result()
     return state
 
@@ -236,7 +267,12 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix="rscale-score")
 
 
-def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, positions=None) -> None:
+def _bits(masks: np.ndarray) -> np.ndarray:
+    """(n, 8) int64: bit i of each membership byte."""
+    return ((masks[:, None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.int64)
+
+
+def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, positions=None, halves=None) -> None:
     """Fold the score rows [a, b) into the matching rows of ``full`` (in place, through views)."""
     p0, p1 = int(queries.pos_offsets[a]), int(queries.pos_offsets[b])
     state = Partial(full.top[a:b], full.kth[a:b], full.buf[a:b], full.fill[a:b], full.n[a:b], full.counts[p0:p1])
@@ -245,19 +281,21 @@ def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, po
     s = s_all[a:b]
     if full.cand is not None:
         full.cand.rows(a, b).fold(s, positions)
+    if halves is not None:
+        full.top_halves.rows(a, b).fold(s, np.asarray(positions, np.int64) * 256 + halves)
     # early chunks (K-th best still low, many candidates per row, estimated on every 8th row):
     # one partition of the whole block is cheaper than collecting and buffering candidates
     if np.count_nonzero(s[::8] > state.kth[::8, None]) > s[::8].shape[0] * BUFFER // 2:
-        rows, vals = _survivors(s, pos_min)
+        rows, vals, cols = _survivors(s, pos_min)
         _dense_merge(state, s)
     else:
         cut = np.minimum(state.kth, pos_min)                        # keep what can matter
-        rows, vals = _survivors(s, cut)                             # row-major: rows ascending
+        rows, vals, cols = _survivors(s, cut)                       # row-major: rows ascending
         cand = vals > state.kth[rows]
         if cand.any():
             _buffer(state, rows[cand], vals[cand], state.top.shape[1])
         keep = vals >= pos_min[rows]
-        rows, vals = rows[keep], vals[keep]
+        rows, vals, cols = rows[keep], vals[keep], cols[keep]
     if rows.size:
         # a surviving score reaches the positives of its row with score <= it: a suffix of the
         # row's positives in key order; add 1 over [first, end of row) with a difference array
@@ -266,6 +304,14 @@ def _fold(queries: Queries, s_all: np.ndarray, full: Partial, a: int, b: int, po
         end = np.searchsorted(keys, 4.0 * rows + 2.0, side="left")
         inc = np.bincount(first, minlength=keys.size + 1) - np.bincount(end, minlength=keys.size + 1)
         state.counts += np.cumsum(inc)[:-1]
+        if halves is not None:
+            # the same difference array, once per split, weighted by the survivor's bit of that split
+            n_pos, h = keys.size + 1, full.half_counts.shape[1]
+            bits = _bits(halves[cols])
+            lanes = np.arange(h)
+            inc_h = np.bincount((first[:, None] * h + lanes).ravel(), weights=bits.ravel(), minlength=n_pos * h) \
+                - np.bincount((end[:, None] * h + lanes).ravel(), weights=bits.ravel(), minlength=n_pos * h)
+            full.half_counts[p0:p1] += np.cumsum(inc_h.reshape(n_pos, h), axis=0)[:-1].round().astype(np.int64)
 
 
 def _dense_merge(state: Partial, s: np.ndarray) -> None:
@@ -282,7 +328,7 @@ def _survivors(s: np.ndarray, cut: np.ndarray):
     """(row, value) of every score >= its row's cut, rows ascending. The flat index search is
     several times faster than a 2-D nonzero on a Q x C matrix."""
     flat = np.flatnonzero(s >= cut[:, None])
-    return flat // s.shape[1], s.ravel()[flat]
+    return flat // s.shape[1], s.ravel()[flat], flat % s.shape[1]
 
 
 def _buffer(state: Partial, r: np.ndarray, v: np.ndarray, k: int) -> None:
@@ -323,10 +369,20 @@ def to_sample_stats(queries: Queries, state: Partial, meta: dict | None = None) 
     if np.any(state.n < k):
         raise InvalidArgumentError(f"only {int(state.n.min())} distractors were scored, fewer than K={k}; "
                                    "lower K or score more distractors")
-    ss = SampleStats(query_ids=queries.ids, n_sampled=state.n.copy(), top_scores=state.sorted_top().astype(np.float64),
+    top = state.sorted_top()
+    halves = {}
+    meta = {**(meta or {}), "k": str(k)}
+    if state.top_halves is not None:
+        if not np.array_equal(state.top_halves.scores, top):
+            raise RuntimeError("the top-K kept with membership bytes differs from the top-K scores (engine bug)")
+        from rscale.core.halves import RULE, id_set_digest
+        halves = dict(top_halves=(state.top_halves.positions & 255).astype(np.uint8), pos_halves=state.half_counts.copy(),
+                      n_halves=state.half_n.copy())
+        meta.update(halves_rule=RULE, **({"sample_ids": id_set_digest(state.id_sums)} if state.id_sums[0] else {}))
+    ss = SampleStats(query_ids=queries.ids, n_sampled=state.n.copy(), top_scores=top.astype(np.float64),
                      pos_offsets=queries.pos_offsets, pos_ids=queries.pos_ids,
                      pos_scores=queries.pos_scores.astype(np.float64), pos_counts=state.counts.copy(),
-                     meta={**(meta or {}), "k": str(k)})
+                     meta=meta, **halves)
     return validate(ss)
 
 

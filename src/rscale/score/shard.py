@@ -44,13 +44,20 @@ def sampled_chunks(ids, vectors, *, fraction: float, seed: int, chunk: int, wher
 
 def score_shard(queries: Queries, ids, vectors, *, k: int, backend: str = "numpy", chunk: int = 16384,
                 fraction: float = 1.0, seed: int = 0, where: str = "", threads: int | None = None,
-                candidates: int = 0, offset: int = 0) -> Partial:
+                candidates: int = 0, offset: int = 0, halves: bool = False) -> Partial:
     """The partial of one shard's sampled rows, flushed and without its candidate buffer (compact:
     what travels between processes is the top-K, the sizes and the counts; with ``candidates`` R,
-    also each query's R best by position in the set: ``offset`` + row in the shard)."""
-    state = empty_partial(queries, k, candidates)
+    also each query's R best by position in the set: ``offset`` + row in the shard; with ``halves``,
+    the half-sample membership by distractor id, :mod:`rscale.core.halves`)."""
+    from rscale.core.halves import id_hashes, id_set_sums
+    state = empty_partial(queries, k, candidates, halves=halves)
     for rows, block in sampled_chunks(ids, vectors, fraction=fraction, seed=seed, chunk=chunk, where=where):
-        score_chunk(queries, block, state, backend, threads=threads, positions=offset + rows)
+        masks = None
+        if halves:
+            masks, words = id_hashes(np.asarray(ids)[rows])
+            with np.errstate(over="ignore"):
+                state.id_sums += id_set_sums(words)
+        score_chunk(queries, block, state, backend, threads=threads, positions=offset + rows, halves=masks)
     return state.compact()
 
 

@@ -22,6 +22,15 @@ top_rerank_scores       list<float64>    rerank scores of the top R <= K sampled
 positive_rerank_scores  list<float64>    rerank scores of the positives, parallel to positive_ids
 ======================  ===============  =================================================
 
+Schema version 3 adds three optional columns, together: the half-sample membership recorded by
+distractor id (:mod:`rscale.core.halves`; files without them keep their version, 1 or 2):
+
+======================  ===============  =================================================
+top_halves              list<uint8>      per top entry its membership byte (bit i: half A of split i)
+positive_halves         list<int64>      per positive, 8 values: half-A distractors at or above it
+n_halves                list<int64>      8 values: half-A size of each split
+======================  ===============  =================================================
+
 File metadata (Parquet key-value): ``rscale.format = sample-stats``, ``rscale.schema_version``
 and ``rscale.meta`` (JSON: backbone, benchmark, distractor_source, sampler, seed, k). A file
 written by hand without rscale's metadata is read as schema version 1.
@@ -42,6 +51,7 @@ from rscale.store.atomic import atomic_path
 FORMAT = "sample-stats"
 COLUMNS = ("query_id", "n_sampled", "top_scores", "positive_ids", "positive_scores", "positive_counts")
 RERANK_COLUMNS = ("top_rerank_scores", "positive_rerank_scores")
+HALVES_COLUMNS = ("top_halves", "positive_halves", "n_halves")
 
 
 def _pa():
@@ -73,6 +83,14 @@ def to_table(ss: SampleStats):
             pa.array(np.ascontiguousarray(ss.top_rerank, dtype=np.float64).ravel())))
         table = table.append_column("positive_rerank_scores", pa.ListArray.from_arrays(
             pa.array(off), pa.array(ss.pos_rerank.astype(np.float64))))
+    if ss.has_halves:
+        h = ss.pos_halves.shape[1]
+        table = table.append_column("top_halves", pa.ListArray.from_arrays(
+            pa.array(top_off), pa.array(np.ascontiguousarray(ss.top_halves, dtype=np.uint8).ravel(), pa.uint8())))
+        table = table.append_column("positive_halves", pa.ListArray.from_arrays(
+            pa.array((off * h).astype(np.int32)), pa.array(np.ascontiguousarray(ss.pos_halves, dtype=np.int64).ravel())))
+        table = table.append_column("n_halves", pa.ListArray.from_arrays(
+            pa.array((np.arange(q + 1) * h).astype(np.int32)), pa.array(np.ascontiguousarray(ss.n_halves, dtype=np.int64).ravel())))
     meta = {**{k_: str(v) for k_, v in ss.meta.items()}, "k": str(k)}
     return table.replace_schema_metadata({
         "rscale.format": FORMAT,
@@ -229,7 +247,39 @@ def read_sample_stats(path: str | os.PathLike) -> SampleStats:
             r = int(np.flatnonzero(np.diff(off_r) != np.diff(off))[0])
             raise FormatError(f"list length differs from positive_ids (query_id {str(query_ids[r])!r})",
                               path=path, column="positive_rerank_scores", row=r)
+    halves = _read_halves(table, path, version, query_ids, off, k)
     ss = SampleStats(query_ids=query_ids, n_sampled=n_sampled, top_scores=top, pos_offsets=off,
                      pos_ids=pids, pos_scores=pscores, pos_counts=pcounts, meta=meta,
-                     top_rerank=top_rerank, pos_rerank=pos_rerank)
+                     top_rerank=top_rerank, pos_rerank=pos_rerank, **halves)
     return validate(ss, path)
+
+
+def _read_halves(table, path: str, version: int, query_ids, pos_offsets, k: int) -> dict:
+    """The recorded-halves columns (schema version 3), as SampleStats fields ({} when absent)."""
+    from rscale.core.sample_stats import HALF_SPLITS
+    present = [c for c in HALVES_COLUMNS if c in table.column_names]
+    if not present:
+        return {}
+    if version < 3 or len(present) < len(HALVES_COLUMNS):
+        column = next((c for c in HALVES_COLUMNS if c not in present), present[0])
+        raise FormatError(f"recorded-halves columns need schema version 3 and all of {', '.join(HALVES_COLUMNS)}",
+                          path=path, column=column, hint="write the file with rscale score --halves, or drop them")
+    h, q = HALF_SPLITS, len(query_ids)
+    out = {}
+    for name, field, want in (("top_halves", "top_halves", np.full(q, k)),
+                              ("positive_halves", "pos_halves", np.diff(pos_offsets) * h),
+                              ("n_halves", "n_halves", np.full(q, h))):
+        values, offsets = _list_column(table, name, path, "int")
+        bad = np.flatnonzero(np.diff(offsets) != want)
+        if bad.size:
+            r = int(bad[0])
+            raise FormatError(f"{name} has {int(np.diff(offsets)[r])} values, expected {int(want[r])} "
+                              f"(query_id {str(query_ids[r])!r})", path=path, column=name, row=r)
+        if name == "top_halves":
+            if values.size and (values.min() < 0 or values.max() > 255):
+                r = int(np.searchsorted(offsets, int(np.flatnonzero((values < 0) | (values > 255))[0]), side="right") - 1)
+                raise FormatError("membership byte outside 0..255", path=path, column=name, row=r)
+            out[field] = values.astype(np.uint8).reshape(q, k)
+        else:
+            out[field] = values.reshape(-1, h)
+    return out
