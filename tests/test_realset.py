@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rscale.core.metrics import ap_at_k_from_counts
+from ranking_checks import ap1000_from_scores
 from rscale.score.sampling import hash_uniform
 from rscale.store.sample_stats_file import read_sample_stats
 
@@ -75,22 +76,8 @@ def test_query_images_are_not_in_the_pool(pool):
     assert not set(qrels["positive_id"]) & set(pool["id"])
 
 
-def _ap1000_from_scores(truth, q):
-    """AP@1000 of query q from its scores alone: merge its positives with the top-1000 distractor
-    scores, a distractor tying a positive ranked first (the engine's rule)."""
-    a, b = truth.pos_offsets[q], truth.pos_offsets[q + 1]
-    items = [(float(s), 0) for s in truth.top_scores[q]] + [(float(s), 1) for s in truth.pos_scores[a:b]]
-    items.sort(key=lambda t: (-t[0], t[1]))
-    hits, ap = 0, 0.0
-    for rank, (_, is_pos) in enumerate(items[:1000], start=1):
-        if is_pos:
-            hits += 1
-            ap += hits / rank
-    return ap / min(b - a, 1000)
-
-
 def test_the_truth_map_equals_a_recomputation_from_the_exact_sample_stats(truth):
     per_query = ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000)
     assert float(per_query.mean()) == pytest.approx(MANIFEST["truth_map_at_1000"], abs=1e-12)
-    brute = np.array([_ap1000_from_scores(truth, q) for q in range(truth.n_queries)])
+    brute = np.array([ap1000_from_scores(truth, q) for q in range(truth.n_queries)])
     np.testing.assert_allclose(brute, per_query, atol=1e-12)

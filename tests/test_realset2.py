@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rscale.core.metrics import ap_at_k_from_counts
+from ranking_checks import ap1000_from_scores
 from rscale.score.sampling import hash_uniform
 from rscale.store.sample_stats_file import read_sample_stats
 
@@ -338,17 +339,6 @@ def test_the_check_reads_the_set_named_by_set(monkeypatch):
 
 
 # ---------------------------------------------------------------- data checks (stand-in and committed)
-def _ap1000_from_scores(ss, q):
-    """AP@1000 of query q from its scores alone, a distractor tying a positive ranked first."""
-    a, b = ss.pos_offsets[q], ss.pos_offsets[q + 1]
-    items = [(float(s), 0) for s in ss.top_scores[q]] + [(float(s), 1) for s in ss.pos_scores[a:b]]
-    items.sort(key=lambda t: (-t[0], t[1]))
-    hits, ap = 0, 0.0
-    for rank, (_, is_pos) in enumerate(items[:1000], start=1):
-        if is_pos:
-            hits += 1
-            ap += hits / rank
-    return ap / min(b - a, 1000)
 
 
 def _check_data(data, man, n_brute=None):
@@ -361,7 +351,7 @@ def _check_data(data, man, n_brute=None):
     per_query = ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000)
     assert float(per_query.mean()) == pytest.approx(man["truth_map_at_1000"], abs=1e-12)
     qs = range(truth.n_queries) if n_brute is None else np.linspace(0, truth.n_queries - 1, n_brute).astype(int)
-    np.testing.assert_allclose([_ap1000_from_scores(truth, q) for q in qs], per_query[list(qs)], atol=1e-12)
+    np.testing.assert_allclose([ap1000_from_scores(truth, q) for q in qs], per_query[list(qs)], atol=1e-12)
     pool = pq.read_table(data / "pool_ids.parquet").to_pandas()
     assert pool["id"].is_unique and len(pool) == man["pool"]
     u = hash_uniform(pool["id"].to_numpy(), man["partition"]["seed"])

@@ -116,19 +116,8 @@ def test_vectorised_plugin_equals_the_per_query_loop():
     rng = np.random.default_rng(0)
     ran = 0
     for trial in range(60):
-        q = int(rng.integers(1, 40))
-        off = np.concatenate([[0], np.cumsum(rng.integers(1, 7, q))])
-        r, s = int(rng.integers(5, 80)), int(rng.integers(80, 5000))
-        top, t = rng.standard_normal((q, r)), rng.standard_normal(off[-1]) + rng.uniform(0, 2)
-        if trial % 3 == 0:
-            top, t = np.round(top, 1), np.round(t, 1)                  # ties
-        x = rng.uniform(0, rng.choice([1e-4, 1e-3, 1e-2]), off[-1])
-        if trial % 4 == 0:
-            x[: x.size // 2] = 0
-        make = law.joint_from_top if trial % 2 else law.joint_from_top_smoothed
-        h = law.RerankedHardness.build(x, t, off, *make(top, np.full(q, s), t, off))
-        depth = int(rng.integers(1, max(2, int(r * 1e4 / s))))
-        n = float(max(depth, rng.choice([1e3, 1e4, 1e5])))
+        h, depth, n = _random_case(rng, trial)
+        q = h.offsets.size - 1
         if (h.grid[:, -1] * n < depth).any():
             continue
         ran += 1
