@@ -379,33 +379,58 @@ def _plugin_query(h, q, metric, n, k, depth):
     return float(ok.sum() / g)
 
 
+@dataclass(frozen=True)
+class SurvivorGrid:
+    """The plug-in's view of a reranked table at (N, K'), every query's positives padded to the
+    largest query (Q, G) in first-stage order: which positives survive into the gallery's top K'
+    (a prefix), how many top-K' distractors they share (m = K' - survivors), the share rho of
+    those that rerank above each survivor (0 where m or the slice w is 0; NaN for the dead), and
+    each survivor's position among the survivors by rerank score (jp, 1-based). Shared by the
+    plug-in metric and the gallery-noise term (:func:`rscale.core.rerank_replicates.gallery_sd`)."""
+
+    sizes: np.ndarray       # (Q,) positives per query
+    alive: np.ndarray       # (Q, G) survivors
+    survivors: np.ndarray   # (Q,)
+    m: np.ndarray           # (Q,) top-K' distractors
+    rho: np.ndarray         # (Q, G)
+    jp: np.ndarray          # (Q, G)
+
+    @classmethod
+    def build(cls, h, n, depth) -> "SurvivorGrid":
+        sizes = np.diff(h.offsets)
+        q, g = sizes.size, int(sizes.max())
+        col = ragged.position_in_group(h.offsets) - 1
+        qi = ragged.group_index(h.offsets)
+        x = np.full((q, g), np.inf)
+        x[qi, col] = h.x
+        t = np.full((q, g), -np.inf)
+        t[qi, col] = h.rerank
+        f = np.arange(1, g + 1)[None, :]
+        inside = _within(f + n * x, depth)                       # a prefix of first-stage order (x ascending)
+        survivors = np.where(inside.any(axis=1), g - np.argmax(inside[:, ::-1], axis=1), 0)
+        m = depth - survivors
+        nxt = np.where(survivors < sizes, x[np.arange(q), np.minimum(survivors, g - 1)], 1.0)
+        w = np.minimum(m / n, nxt)
+        alive = f <= survivors[:, None]                          # (Q, G)
+        rows = np.flatnonzero(alive[qi, col])                    # the surviving positives (flat order)
+        rho = np.full((q, g), np.nan)
+        if rows.size:
+            rq = qi[rows]
+            rho[rq, col[rows]] = np.where((m[rq] > 0) & (w[rq] > 0),
+                                          _rho_rows(h.grid, h.joint[rows], rq, w[rq][:, None])[:, 0], 0.0)
+        ts = np.where(alive, t, -np.inf)
+        earlier = np.arange(g)[None, :] < np.arange(g)[:, None]               # [p, p']: p' before p
+        above = (ts[:, None, :] > ts[:, :, None]) | ((ts[:, None, :] == ts[:, :, None]) & earlier[None])
+        jp = 1.0 + (above & alive[:, None, :]).sum(axis=2)                     # position among survivors
+        return cls(sizes, alive, survivors, m, rho, jp)
+
+
 def _plugin_all(h, metric, n, k, depth):
     """:func:`_plugin_query` for every query at once: positives padded to the largest query (Q, G)."""
-    sizes = np.diff(h.offsets)
-    q, g = sizes.size, int(sizes.max())
-    col = ragged.position_in_group(h.offsets) - 1
-    qi = ragged.group_index(h.offsets)
-    x = np.full((q, g), np.inf)
-    x[qi, col] = h.x
-    t = np.full((q, g), -np.inf)
-    t[qi, col] = h.rerank
-    f = np.arange(1, g + 1)[None, :]
-    inside = _within(f + n * x, depth)                       # a prefix of first-stage order (x ascending)
-    survivors = np.where(inside.any(axis=1), g - np.argmax(inside[:, ::-1], axis=1), 0)
-    m = depth - survivors
-    nxt = np.where(survivors < sizes, x[np.arange(q), np.minimum(survivors, g - 1)], 1.0)
-    w = np.minimum(m / n, nxt)
-    alive = f <= survivors[:, None]                          # (Q, G)
-    rows = np.flatnonzero(alive[qi, col])                    # the surviving positives (flat order)
-    big_m = np.zeros((q, g))
-    if rows.size:
-        rq = qi[rows]
-        rho = _rho_rows(h.grid, h.joint[rows], rq, w[rq][:, None])[:, 0]
-        big_m[rq, col[rows]] = np.where((m[rq] > 0) & (w[rq] > 0), m[rq] * rho, 0.0)
-    ts = np.where(alive, t, -np.inf)
-    earlier = np.arange(g)[None, :] < np.arange(g)[:, None]               # [p, p']: p' before p
-    above = (ts[:, None, :] > ts[:, :, None]) | ((ts[:, None, :] == ts[:, :, None]) & earlier[None])
-    jp = 1.0 + (above & alive[:, None, :]).sum(axis=2)                     # position among survivors
+    grid = SurvivorGrid.build(h, n, depth)
+    sizes, alive, survivors, jp = grid.sizes, grid.alive, grid.survivors, grid.jp
+    q = sizes.size
+    big_m = np.where(alive, grid.m[:, None] * np.nan_to_num(grid.rho), 0.0)
     r = jp + big_m
     ok = _within(r, k) & alive
     if metric in ("R", "RR"):

@@ -125,39 +125,16 @@ def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: in
 
     Example: one query, one positive with rho = 0.001 at w, m = 999: M ~ Bin(999, 0.001) and
     AP = 1 / (1 + M) has sd ~0.36 over galleries."""
-    from rscale.core import ragged
-    from rscale.core.law import _within
-    from rscale.core.rerank_law import _check, _rho_rows
+    from rscale.core.rerank_law import SurvivorGrid, _check
 
     k, depth, n = _check(metric, k, depth, n, "plugin")
     if draws < 2:
         raise InvalidArgumentError(f"draws must be >= 2, got {draws}")
     rng = np.random.default_rng([seed, 17])
-    sizes = np.diff(h.offsets)
-    qn, g = sizes.size, int(sizes.max())
-    col = ragged.position_in_group(h.offsets) - 1
-    qi = ragged.group_index(h.offsets)
-    x = np.full((qn, g), np.inf)
-    x[qi, col] = h.x
-    t = np.full((qn, g), -np.inf)
-    t[qi, col] = h.rerank
-    f = np.arange(1, g + 1)[None, :]
-    inside = _within(f + n * x, depth)                      # survivors: a prefix of first-stage order
-    survivors = np.where(inside.any(axis=1), g - np.argmax(inside[:, ::-1], axis=1), 0)
-    m = depth - survivors
-    nxt = np.where(survivors < sizes, x[np.arange(qn), np.minimum(survivors, g - 1)], 1.0)
-    w = np.minimum(m / n, nxt)
-    alive = f <= survivors[:, None]
-    rows = np.flatnonzero(alive[qi, col])
-    rho = np.full((qn, g), 2.0)                             # the dead sort last and are never counted
-    if rows.size:
-        rq = qi[rows]
-        rho[rq, col[rows]] = np.where((m[rq] > 0) & (w[rq] > 0),
-                                      _rho_rows(h.grid, h.joint[rows], rq, w[rq][:, None])[:, 0], 0.0)
-    ts = np.where(alive, t, -np.inf)
-    earlier = np.arange(g)[None, :] < np.arange(g)[:, None]
-    above = (ts[:, None, :] > ts[:, :, None]) | ((ts[:, None, :] == ts[:, :, None]) & earlier[None])
-    jp = 1.0 + (above & alive[:, None, :]).sum(axis=2)          # position among survivors by rerank score
+    grid = SurvivorGrid.build(h, n, depth)
+    sizes, alive, survivors, m, jp = grid.sizes, grid.alive, grid.survivors, grid.m, grid.jp
+    rho = np.where(alive, grid.rho, 2.0)                    # the dead sort last and are never counted
+    qn, g = rho.shape
     order = np.argsort(rho, axis=1, kind="stable")
     var = np.zeros(qn)
     block = max(1, 2_000_000 // (draws * g))                 # bounded memory: queries in blocks
