@@ -292,6 +292,8 @@ def log_choose(n: int, m: np.ndarray) -> np.ndarray:
     every term computed without cancellation."""
     m = np.asarray(m, dtype=np.float64)
     nf = float(n)
+    if nf < 2:                                              # n = 0 or 1: C(n, m) = 1 for every valid m
+        return np.zeros(m.shape)
     k = np.minimum(m, nf - m)
     inner = k >= 1
     kk = np.where(inner, k, 1.0)                            # log C = 0 at k = 0 (m = 0 or m = n)
