@@ -1,7 +1,6 @@
 """The query path's caches and shortcuts give the answers of the path without them, bit for bit:
 the per-query predictions kept with a registry-cached estimate (rscale.core.prediction), the
-row-at-a-time position-major gather (rscale.core.law), the one-copy column read
-(rscale.store.columns) and the two-reduction range check of a hardness file (random tables)."""
+one-copy column read (rscale.store.columns) and the two-reduction range check of a hardness file (random tables)."""
 
 from dataclasses import replace
 
@@ -11,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rscale import sim
-from rscale.core import law, prediction
+from rscale.core import prediction
 from rscale.core.backtest import Backtest
 from rscale.core.estimators.methods import estimate
 from rscale.core.interval import predicted_intervals
@@ -91,18 +90,6 @@ def test_memo_keeps_read_only_cells_evicts_the_oldest_and_skips_writable_estimat
         prediction.replicate_per_query(small, "AP", n, 100)
     kept = [key[2] for key in small.__dict__["_per_query_memo"]]
     assert kept == [2e6, 3e6]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_row_at_a_time_gather_equals_the_stack_take(seed):
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, 9, 300)
-    off = np.concatenate([[0], np.cumsum(sizes)])
-    for shape in [(int(off[-1]),), (1, int(off[-1])), (7, int(off[-1]))]:
-        h = law.Hardness.from_flat(rng.random(shape) * 1e-4, off)
-        got = h.x_by_position
-        assert got.flags.c_contiguous and got.shape == shape
-        np.testing.assert_array_equal(got, np.take(h.x, h.by_position.perm, axis=-1))
 
 
 def test_numeric_reads_one_and_many_chunks_as_owned_copies():
