@@ -92,6 +92,21 @@ def test_memo_keeps_read_only_cells_evicts_the_oldest_and_skips_writable_estimat
     assert kept == [2e6, 3e6]
 
 
+def test_rows_of_a_run_of_indices_are_a_view_with_the_values_of_a_copy():
+    from rscale.core import law
+    rng = np.random.default_rng(5)
+    off = np.concatenate([[0], np.cumsum(rng.integers(1, 6, 50))])
+    h = law.Hardness.from_flat(rng.random((6, int(off[-1]))) * 1e-3, off)
+    h.x_by_position
+    for which in (np.array([2, 3, 4]), np.array([0]), np.array([1, 3]), np.array([4, 3]), slice(1, 3)):
+        got = h.rows(which)
+        np.testing.assert_array_equal(got.x, h.x[which])
+        np.testing.assert_array_equal(got.x_by_position, h.x_by_position[which])
+        np.testing.assert_array_equal(law.per_query(got, "AP", 1e5, 100), law.per_query(h, "AP", 1e5, 100)[which])
+    assert np.shares_memory(h.rows(np.array([2, 3, 4])).x, h.x)          # a run: a view
+    assert not np.shares_memory(h.rows(np.array([1, 3])).x, h.x)          # otherwise: a copy
+
+
 def test_numeric_reads_one_and_many_chunks_as_owned_copies():
     one = pa.array(np.arange(10, dtype=np.int64)).slice(3, 5)          # a chunk with an offset
     got = numeric(one, np.float64)

@@ -161,7 +161,12 @@ class Hardness:
 
     def rows(self, which) -> "Hardness":
         """Rows ``which`` (a slice or index array) of a stack, sharing the index arrays and, once
-        made, the position-major values."""
+        made, the position-major values. Consecutive indices are taken as a slice: a view, not a
+        copy of the rows (the back-test's shares of one factor are such a run)."""
+        if isinstance(which, np.ndarray) and which.ndim == 1 and which.size and which.dtype.kind in "iu":
+            lo = int(which[0])
+            if lo >= 0 and np.array_equal(which, np.arange(lo, lo + which.size)):
+                which = slice(lo, lo + which.size)
         h = Hardness.presorted(self.x[which], self)
         if "x_by_position" in self.__dict__:
             h.__dict__["x_by_position"] = self.__dict__["x_by_position"][which]
