@@ -107,6 +107,24 @@ def test_rows_of_a_run_of_indices_are_a_view_with_the_values_of_a_copy():
     assert not np.shares_memory(h.rows(np.array([1, 3])).x, h.x)          # otherwise: a copy
 
 
+def test_from_flat_like_shares_index_arrays_and_still_checks_and_sorts():
+    from rscale.core import law
+    from rscale.errors import InvalidArgumentError
+    rng = np.random.default_rng(6)
+    off = np.concatenate([[0], np.cumsum(rng.integers(1, 7, 80))])
+    base = law.Hardness.from_flat(rng.random(int(off[-1])) * 1e-3, off)
+    x = rng.integers(0, 50, int(off[-1])) / 100.0                    # unsorted within queries, with ties
+    got, want = law.Hardness.from_flat(x, off.copy(), like=base), law.Hardness.from_flat(x, off)
+    np.testing.assert_array_equal(got.x, want.x)
+    assert got.by_position is base.by_position and got.j is base.j and got.query is base.query
+    for metric, k in (("AP", 10), ("R", 1), ("Recall", 3)):
+        np.testing.assert_array_equal(law.per_query(got, metric, 50.0, k), law.per_query(want, metric, 50.0, k))
+    other = law.Hardness.from_flat(x[:off[-2]], off[:-1], like=base)  # other offsets: its own index arrays
+    assert other.by_position is not base.by_position and other.offsets.size == off.size - 1
+    with pytest.raises(InvalidArgumentError, match=r"\[0, 1\]"):
+        law.Hardness.from_flat(x + 1.0, off, like=base)
+
+
 def test_numeric_reads_one_and_many_chunks_as_owned_copies():
     one = pa.array(np.arange(10, dtype=np.int64)).slice(3, 5)          # a chunk with an offset
     got = numeric(one, np.float64)

@@ -121,8 +121,10 @@ class Hardness:
     n_pos: np.ndarray
 
     @classmethod
-    def from_flat(cls, x, offsets) -> "Hardness":
-        """``x``: (P,) per-positive hardness, or (B, P) for a stack; any order within a query."""
+    def from_flat(cls, x, offsets, like: "Hardness | None" = None) -> "Hardness":
+        """``x``: (P,) per-positive hardness, or (B, P) for a stack; any order within a query.
+        ``like``: a hardness over the same ``offsets`` whose index arrays (and position-major
+        layout) to share instead of making them again; ``x`` is checked and sorted all the same."""
         given = x
         x = np.asarray(x, dtype=np.float64)
         if x.ndim not in (1, 2):
@@ -145,6 +147,8 @@ class Hardness:
         xs = ragged.sorted_within_groups(x, off)
         if xs.flags.writeable and isinstance(given, np.ndarray) and np.may_share_memory(xs, given):
             xs = xs.copy()          # an already-sorted input: never alias a caller's writable array
+        if like is not None and (like.offsets is off or np.array_equal(like.offsets, off)):
+            return cls.presorted(xs, like)
         return cls(x=xs, offsets=off, query=ragged.group_index(off), j=ragged.position_in_group(off), n_pos=n_pos)
 
     @classmethod
