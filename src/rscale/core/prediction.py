@@ -84,9 +84,13 @@ def _memoised(est: HardnessEstimate, key: tuple, make) -> np.ndarray:
     value = make()
     value.flags.writeable = False
     memo[key] = value
-    total = sum(v.nbytes for v in memo.values())
-    while total > _MEMO_BYTES and len(memo) > 1:
-        total -= memo.pop(next(iter(memo))).nbytes
+    items = list(memo.items())          # a snapshot (one C call): another thread may add cells meanwhile
+    total = sum(v.nbytes for _k, v in items)
+    for old, v in items[:-1]:           # the newest stays
+        if total <= _MEMO_BYTES:
+            break
+        memo.pop(old, None)
+        total -= v.nbytes
     return value
 
 
