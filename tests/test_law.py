@@ -86,6 +86,32 @@ def test_expected_ap_matches_binomial_sum(n, k):
     assert law.ap_at_k(h, n, k, mode="expected")[0] == pytest.approx(want, rel=1e-9, abs=1e-13)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 16, 17, 40, 1000, 10**6, 10**8, 10**10])
+def test_log_choose_equals_the_log_of_the_exact_integer(n):
+    # regression: -log1p(n) - betaln(n - m + 1, m + 1) was off by 5e-8 at n = 1e8, m = 100 and by
+    # 1e-5 at n = 1e10, m = 1e4 (cancelling log-gamma terms of size n log n); the pmf inherits it
+    import math
+    ms = sorted({m for m in (0, 1, 2, 3, 15, 16, 17, 100, 1000, 12_345, n // 3, n - 17, n - 1, n)
+                 if 0 <= m <= n and min(m, n - m) <= 20_000})
+    want = np.array([math.log(math.comb(n, m)) if 0 < m < n else 0.0 for m in ms])
+    got = law.log_choose(n, np.array(ms, dtype=np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("n,x", [(10**8, 1e-6), (10**8, 3e-6), (10**6, 1e-4), (10**10, 1e-7)])
+def test_expected_ap_of_one_positive_at_large_n_equals_an_exact_pmf_sum(n, x):
+    # E[1{K <= 999} / (1 + K)], K ~ Bin(n, x), the pmf from the exact integer C(n, m): within 1e-12
+    # (the log-gamma difference gave 4e-8..6e-8 at n = 1e8), and the window's mass 1 to 1e-12
+    import math
+    mu, sd = n * x, math.sqrt(n * x * (1 - x))
+    ms = range(max(0, int(mu - 12 * sd - 12)), int(mu + 12 * sd + 12) + 1)
+    pmf = [math.exp(math.log(math.comb(n, m)) + m * math.log(x) + (n - m) * math.log1p(-x)) for m in ms]
+    want = math.fsum(p / (1 + m) for p, m in zip(pmf, ms) if m <= 999)
+    assert law.ap_at_k(H([x], [1]), n, 1000, mode="expected")[0] == pytest.approx(want, rel=1e-12)
+    mass = law.hit_at_k(H([x], [1]), n, n + 1, mode="expected")[0]
+    assert mass == pytest.approx(1.0, abs=1e-12)
+
+
 @pytest.mark.parametrize("n,k", [(100, 1), (100, 7), (10**8, 20)])
 def test_expected_hit_and_recall_match_binomial_cdf(n, k):
     x = np.array([1e-9, 3e-8, 2e-2, 0.3])

@@ -178,7 +178,8 @@ def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int) -> np.nd
     mode = resolve_mode(metric, mode)
     s_ref = float(np.max(est.n_sampled))
     counts = _kept(bt, "_counts_hardness", _read_only(bt.counts, est.offsets, est.n_sampled),    # sample_metric's view
-                   lambda: law.Hardness.from_flat(np.asarray(bt.counts, dtype=np.float64) / s_ref, est.offsets))
+                   lambda: law.Hardness.from_flat(np.asarray(bt.counts, dtype=np.float64) / s_ref, est.offsets,
+                                                  like=est.__dict__.get("_hardness")))  # its index arrays, if made
     truth = float(law.per_query(counts, metric, s_ref, k, "plugin").mean())
     return _mean_metrics(est, _share_hardness(est, bt, m), metric, k, mode) - truth
 

@@ -55,8 +55,43 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
         h = law.Hardness.from_flat(in_pool_hardness(draws, in_pool_counts, s, float(n)), est.offsets)
         return np.mean(law.per_query(h, metric, n, k, mode), axis=0)
     if est.draws is None:
-        return law.per_query(est.hardness(), metric, n, k, mode)
-    return np.mean(law.per_query(_draws_hardness(est), metric, n, k, mode), axis=0)
+        return _memoised(est, ("point", metric, n, k, mode), lambda: law.per_query(est.hardness(), metric, n, k, mode))
+    return _memoised(est, ("point", metric, n, k, mode),
+                     lambda: np.mean(law.per_query(_draws_hardness(est), metric, n, k, mode), axis=0))
+
+
+# Per-query predictions of a registry-cached (read-only, so immutable) estimate are kept with it,
+# keyed by (point or replicates, metric, N, k, mode): a repeated cell answers without evaluating
+# the law again (with the interval: the point and R = 16 replicates, 17 evaluations of 60k
+# positives, ~5 ms of CPU per cell, docs/benchmarks.md). At most this many bytes per estimate
+# (a registry keeps 8 decoded tables); the oldest cell goes first. Kept arrays are read-only.
+_MEMO_BYTES = 16 << 20
+
+
+def _memoised(est: HardnessEstimate, key: tuple, make) -> np.ndarray:
+    """``make()`` (an array), kept in the estimate under ``key`` when every array the law reads
+    from it is read-only; a writable estimate (one being built or edited) is never memoised."""
+    if any(a is not None and a.flags.writeable for a in (est.x, est.offsets, est.draws, est.replicates)):
+        return make()
+    try:
+        hash(key)
+    except TypeError:                   # e.g. N given as an array: evaluate, do not keep
+        return make()
+    memo = est.__dict__.setdefault("_per_query_memo", {})     # insertion order: the oldest first
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    value = make()
+    value.flags.writeable = False
+    memo[key] = value
+    items = list(memo.items())          # a snapshot (one C call): another thread may add cells meanwhile
+    total = sum(v.nbytes for _k, v in items)
+    for old, v in items[:-1]:           # the newest stays
+        if total <= _MEMO_BYTES:
+            break
+        memo.pop(old, None)
+        total -= v.nbytes
+    return value
 
 
 def _draws_hardness(est: HardnessEstimate) -> law.Hardness:
@@ -81,7 +116,8 @@ def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | N
         s = np.repeat(est.n_sampled, np.diff(est.offsets))
         h = law.Hardness.from_flat(in_pool_hardness(est.replicates.T, in_pool_counts, s, float(n)), est.offsets)
         return law.per_query(h, metric, n, k, mode)
-    return law.per_query(est.replicate_hardness(), metric, n, k, mode)     # (R, Q) in one array operation
+    return _memoised(est, ("replicates", metric, n, k, mode),                # (R, Q) in one array operation
+                     lambda: law.per_query(est.replicate_hardness(), metric, n, k, mode))
 
 
 def predict(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,

@@ -37,8 +37,10 @@ def numeric(column, dtype=None) -> np.ndarray:
         buf = chunk.buffers()[1]
         parts.append(np.frombuffer(buf, dtype=dt, count=len(chunk), offset=chunk.offset * dt.itemsize)
                      if len(chunk) else np.zeros(0, dt))
+    if len(parts) == 1:         # one copy, not two: a second live 8 MB temporary costs fresh pages
+        return parts[0].astype(dtype if dtype is not None else parts[0].dtype)   # (5 ms of a 60k x 16 decode)
     out = np.concatenate(parts) if parts else np.zeros(0, _dtype(column.type))
-    return out.astype(dtype) if dtype is not None else out.copy()
+    return out.astype(dtype, copy=False) if dtype is not None else out
 
 
 def list_values(column):

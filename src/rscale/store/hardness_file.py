@@ -223,6 +223,12 @@ def _list_numbers(col, name: str, path: str) -> np.ndarray:
         raise FormatError(str(exc), path=path, column=name) from None
 
 
+def _in_unit_interval(values: np.ndarray) -> bool:
+    """Every value finite and in [0, 1]: two reductions, no temporaries (a NaN makes both
+    comparisons false); the caller finds the offending row only when this fails."""
+    return values.size == 0 or bool(values.min() >= 0.0 and values.max() <= 1.0)
+
+
 def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     """Read a hardness table; returns the estimate (query order kept) and its metadata."""
     import pyarrow as pa
@@ -288,8 +294,8 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         if not pa.types.is_fixed_size_list(col.type):
             raise FormatError(f"expected a fixed-size list, got {col.type}", path=path, column="replicates")
         replicates = _list_numbers(col, "replicates", path).reshape(n_rows, col.type.list_size)
-        bad = np.flatnonzero(~np.all(np.isfinite(replicates) & (replicates >= 0) & (replicates <= 1), axis=1))
-        if bad.size:
+        if not _in_unit_interval(replicates):
+            bad = np.flatnonzero(~np.all(np.isfinite(replicates) & (replicates >= 0) & (replicates <= 1), axis=1))
             raise FormatError("a hardness replicate is outside [0, 1]", path=path, column="replicates",
                               row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     backtest_cols, backtest_meta = None, {}
@@ -304,8 +310,9 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
                               column="backtest", hint="re-run 'rscale estimate' to rewrite it")
         backtest_cols = (np.empty((n_rows, 0)) if col is None
                          else _list_numbers(col, "backtest", path).reshape(n_rows, width))
-        bad = np.flatnonzero(~np.all(np.isfinite(backtest_cols) & (backtest_cols >= 0) & (backtest_cols <= 1), axis=1))
-        if bad.size:
+        if not _in_unit_interval(backtest_cols):
+            bad = np.flatnonzero(~np.all(np.isfinite(backtest_cols) & (backtest_cols >= 0) & (backtest_cols <= 1),
+                                         axis=1))
             raise FormatError("a back-test hardness is outside [0, 1]", path=path, column="backtest",
                               row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
