@@ -193,3 +193,29 @@ def test_each_versions_warnings_hold_for_the_difference(registry):
 
 def test_curve_refuses_a_paired_query(registry, capsys):
     one_line_exit_2(capsys, ["curve", "mAP@1000 for a@v1 vs b", "-r", registry, "--format", "json"], "paired difference")
+
+
+def test_diff_is_the_paired_row_of_b_vs_a(registry, capsys):
+    # `rscale diff A B` (what changed from A to B, B - A) reports the difference and interval of the
+    # row `for B vs A` answers: paired replicates, its ci_kind, not a query bootstrap of its own
+    for ci in ("benchmark", "population"):
+        d = _json(capsys, ["diff", "a@v1", "b", "--ci", ci, "-r", registry])
+        (row,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for b vs a@v1", "--ci", ci, "-r", registry])["rows"]
+        assert (d["difference"], d["ci_low"], d["ci_high"], d["ci_kind"]) == \
+            (row["value"], row["ci_low"], row["ci_high"], ci)
+        assert (d["value_a"], d["value_b"], d["backtest_at_n"]) == (row["value_b"], row["value_a"], row["backtest_at_n"])
+        assert d["queries_compared"] == 60 and d["resolved"] == (row["ci_low"] > 0 or row["ci_high"] < 0)
+        assert d["difference"] == pytest.approx(np.mean([r["delta"] for r in
+                                                         _json(capsys, ["diff", "a@v1", "b", "--top", "60", "-r",
+                                                                        registry])["largest_query_changes"]]))
+    (flip,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for a@v1 vs b", "-r", registry])["rows"]
+    assert _json(capsys, ["diff", "a@v1", "b", "-r", registry])["difference"] == pytest.approx(-flip["value"])
+
+
+@pytest.mark.parametrize("b,needles", [
+    ("c", ["do not pair", "for c, a@v1"]),                              # another sample
+    ("d", ["split_key", "re-run 'rscale estimate'"]),                   # recorded before the key
+    ("g", ["different half-sample splits", "the same --replicates"]),
+])
+def test_diff_refuses_what_the_paired_query_refuses(registry, capsys, b, needles):
+    one_line_exit_2(capsys, ["diff", "a@v1", b, "-r", registry], *needles)
