@@ -219,3 +219,44 @@ def test_diff_is_the_paired_row_of_b_vs_a(registry, capsys):
 ])
 def test_diff_refuses_what_the_paired_query_refuses(registry, capsys, b, needles):
     one_line_exit_2(capsys, ["diff", "a@v1", b, "-r", registry], *needles)
+
+
+def test_simulated_backbones_with_recorded_halves_pair(tmp_path, capsys):
+    """`rscale simulate --halves`: the simulator's distractors are identified by (seed, query, rank),
+    so two presets simulated with the same --seed, --s and --k record the same halves (one split
+    key) and `for A vs B` answers; without --halves, or with another seed, they are refused."""
+    from rscale.core.halves import recorded_halves
+    from rscale.core.sample_stats import validate
+    from rscale.sim.presets import PRESETS
+    from rscale.store.sample_stats_file import read_sample_stats
+    a = sim.sample(sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=30), seed=1), 100_000, k=200, seed=1,
+                   halves=True)
+    b = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=30), seed=1), 100_000, k=200, seed=1,
+                   halves=True)
+    assert validate(a) is a and a.schema_version == 3 and (a.n_halves == b.n_halves).all()
+    assert (a.top_halves == b.top_halves).all() and split_key(a, splits=8) == split_key(b, splits=8)
+    again = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=1), 100_000, k=200, seed=2,
+                       halves=True)
+    assert split_key(again, splits=8) != split_key(a, splits=8)
+    # beyond the top list a positive's half-A share is about a half, nested within its query
+    far = a.pos_counts > 200
+    share = a.pos_halves[far] / a.pos_counts[far, None]
+    assert far.sum() > 5 and abs(share.mean() - 0.5) < 0.05
+    order = np.lexsort((a.pos_counts, a.positive_query()))
+    same_q = np.diff(a.positive_query()[order]) == 0
+    step_h, step_c = np.diff(a.pos_halves[order], axis=0)[same_q], np.diff(a.pos_counts[order])[same_q]
+    assert (step_h >= 0).all() and (step_h <= step_c[:, None]).all()       # nested: more distractors, more in A
+    for split in range(8):
+        ha, hb = recorded_halves(a, split)
+        assert (ha.n_sampled + hb.n_sampled == a.n_sampled).all() and (ha.pos_counts + hb.pos_counts == a.pos_counts).all()
+    reg = str(tmp_path / "reg")
+    for name, extra in (("sim_bounded", ["--halves"]), ("sim_neardup", ["--halves"]), ("sim_gaussian", [])):
+        ss = tmp_path / f"{name}.parquet"
+        assert main(["simulate", name, "-o", str(ss), "--s", "2e5", "--k", "300", "--queries", "30", "--seed", "3",
+                     *extra]) == 0
+        assert read_sample_stats(ss).has_halves == bool(extra)
+        assert main(["estimate", str(ss), "-o", str(tmp_path / f"{name}.h.parquet"), "--replicates", "4"]) == 0
+        assert main(["register", str(tmp_path / f"{name}.h.parquet"), "--sample", str(ss), "-r", reg]) == 0
+    (row,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded vs sim_neardup", "-r", reg])["rows"]
+    assert row["ci_kind"] == "benchmark" and row["paired"] == "replicates" and row["ci_low"] <= row["value"] <= row["ci_high"]
+    one_line_exit_2(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded vs sim_gaussian", "-r", reg], "do not pair")
