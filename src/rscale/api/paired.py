@@ -33,16 +33,16 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
     if (*va.series, va.version) == (*vb.series, vb.version):
         raise InvalidArgumentError(f"'{q.backbones[0]}' and '{q.backbones[1]}' are the same version ({va.ref}); "
                                    "a paired difference needs two")
-    rows, warnings, _ = paired_rows(reg, va, vb, [(m, float(n)) for m in q.measures for n in q.sizes], mode=q.mode,
-                                    ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+    rows, warnings, _ = paired_rows(reg, (va, vb), cells=[(m, float(n)) for m in q.measures for n in q.sizes],
+                                    mode=q.mode, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                     names=tuple(str(r) for r in q.backbones))
     warnings += _side_warnings(q, (va, vb), reg.root)
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
 
 
-def paired_rows(reg, va, vb, cells, *, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
+def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
                 bootstrap: int = 1000, seed: int = 0, names=None):
-    """(rows, warnings, per-query values) of A - B for the registered versions ``va``, ``vb`` at
+    """(rows, warnings, per-query values) of A - B for the registered ``versions`` (A, B) at
     each (Measure, N) of ``cells``: the rows ``for A vs B`` answers, after the checks that the two
     pair (the same queries in the same order; replicates with one split key, unless the interval
     needs none, population with ``bootstrap`` 0, or A is B). ``names``: how the user named A and B (for the
@@ -51,6 +51,7 @@ def paired_rows(reg, va, vb, cells, *, mode=None, ci_kind: str = "benchmark", le
     from rscale.core.prediction import resolve_mode
     from rscale.errors import InvalidArgumentError
 
+    va, vb = versions
     name_a, name_b = names or (va.ref, vb.ref)
     (est_a, info_a), (est_b, info_b) = reg.read_hardness(va), reg.read_hardness(vb)
     a_name, b_name = f"{va.ref} on {va.benchmark}", f"{vb.ref} on {vb.benchmark}"

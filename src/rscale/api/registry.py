@@ -403,8 +403,8 @@ def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float =
         est, info = reg.read_hardness(v)
         sides.append((v, est, info))
     (va, ea, ia), (vb, eb, ib) = sides
-    (row,), warnings, ((pb_, pa_),) = paired_rows(reg, vb, va, [(m, float(n))], ci_kind=ci_kind, bootstrap=bootstrap,
-                                                  names=(b, a))
+    (row,), warnings, ((pb_, pa_),) = paired_rows(reg, (vb, va), cells=[(m, float(n))], ci_kind=ci_kind,
+                                                  bootstrap=bootstrap, names=(b, a))
     common = ia["query_ids"]                     # paired_rows: the same queries in the same order
     delta = pb_ - pa_
     order = np.argsort(-np.abs(delta))[:top]
