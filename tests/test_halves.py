@@ -224,3 +224,39 @@ def test_score_halves_on_the_command_line(tmp_path, capsys):
     capsys.readouterr()
     one_line_exit_2(capsys, [*args, "--out", str(tmp_path / "r.parquet"), "--halves", "--k", "0"], "k must be")
     assert not (tmp_path / "r.parquet").exists()
+
+
+def _kept_by_loop(top_rerank, keep, k):
+    """Brute force: each query's rerank scores of its kept top entries, in order, cut to one R."""
+    rows = [[top_rerank[q, j] for j in range(top_rerank.shape[1]) if keep[q, j]] for q in range(keep.shape[0])]
+    r = min(k, min(len(row) for row in rows))
+    return np.array([row[:r] for row in rows]).reshape(len(rows), r) if r else None
+
+
+def test_kept_rerank_scores_is_the_one_home_of_subsamples_and_recorded_halves_rerank_scores(scored):
+    """Sub-samples and recorded halves keep the rerank scores of their kept top entries through
+    one function (rscale.core.sample_stats.kept_rerank_scores); each agrees with a loop."""
+    from dataclasses import replace
+
+    from rscale.core.sample_stats import kept_rerank_scores
+    from rscale.core.subsample import subsample
+    _, ss = scored
+    rng = np.random.default_rng(5)
+    for r in (3, 12, K):
+        rr = replace(ss, top_rerank=rng.random((ss.n_queries, r)), pos_rerank=rng.random(ss.n_positives))
+        for p in (0.9, 0.5, 0.1):
+            keep = rng.random(ss.top_scores.shape) < p
+            got, want = kept_rerank_scores(rr, keep, 7), _kept_by_loop(rr.top_rerank, keep, 7)
+            assert (got == {}) if want is None else (np.array_equal(got["top_rerank"], want)
+                                                     and got["pos_rerank"] is rr.pos_rerank)
+            sub = subsample(rr, p, seed=3)           # its keep mask: the original top entries it kept
+            kept = np.array([np.isin(rr.top_scores[q], sub.top_scores[q]) for q in range(ss.n_queries)])
+            want = _kept_by_loop(rr.top_rerank, kept, sub.k)
+            assert (sub.top_rerank is None) if want is None else \
+                np.array_equal(sub.top_rerank, want[:, :sub.top_rerank.shape[1]])
+        for split in (0, 5):
+            for half, in_half in zip(recorded_halves(rr, split), (True, False)):
+                keep = ((rr.top_halves >> np.uint8(split)) & 1).astype(bool) == in_half
+                want = _kept_by_loop(rr.top_rerank, keep, half.k)
+                assert (half.top_rerank is None) if want is None else np.array_equal(half.top_rerank, want)
+    assert kept_rerank_scores(replace(ss, top_rerank=None, pos_rerank=None), np.ones(ss.top_scores.shape, bool), 5) == {}

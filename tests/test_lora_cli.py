@@ -269,6 +269,21 @@ def test_lora_pipeline_lists_every_lora_parameter_and_the_code_it_runs():
     assert "train_lora" not in root                  # off the default `dvc repro` path (make demo)
 
 
+def test_lora_queries_is_a_dependency_of_train_lora_and_its_default_names_none(tmp_path):
+    """lora.queries names data the stage reads (the queries it refuses to train on, whose digest the
+    run records): a dep, not only a param. DVC cannot depend on null, so the default is a committed
+    list file with no entries, which reads as no queries; an empty training list is still refused."""
+    from rscale.errors import InvalidArgumentError
+    from rscale.producers import lora_data
+    stage = yaml.safe_load((ROOT / "pipelines" / "lora" / "dvc.yaml").read_text())["stages"]["train_lora"]
+    assert "${lora.queries}" in stage["deps"]
+    default = yaml.safe_load((ROOT / "params.yaml").read_text())["lora"]["queries"]
+    assert (ROOT / default).is_file() and lora_data.query_paths(ROOT / default) == []
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(InvalidArgumentError, match="the list is empty"):
+        lora_data.training_source(tmp_path / "empty.txt")
+
+
 @pytest.mark.slow
 def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     """`dvc repro pipelines/lora/dvc.yaml` with the repository's pipeline file and tiny params; the
@@ -276,7 +291,8 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     pytest.importorskip("dvc")
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "pipelines" / "lora").mkdir(parents=True)
-    shutil.copy(ROOT / "pipelines" / "lora" / "dvc.yaml", tmp_path / "pipelines" / "lora" / "dvc.yaml")
+    for name in ("dvc.yaml", "evaluation_queries.txt"):
+        shutil.copy(ROOT / "pipelines" / "lora" / name, tmp_path / "pipelines" / "lora" / name)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     save(tmp_path, "vit")
     draw_images(tmp_path, n=6)
@@ -303,6 +319,15 @@ def test_dvc_pipeline_trains_merges_and_is_cached(tmp_path):
     assert lock["params"]["params.yaml"]["lora.rank"] == TINY["rank"]
     assert {d["path"] for d in lock["deps"]} >= {"vit-0", "images-0", "src/rscale/producers/lora.py"}
     assert "didn't change" in sh(*dvc, "repro", "pipelines/lora/dvc.yaml")
+    assert "up to date" in sh(*dvc, "status", "pipelines/lora/dvc.yaml")
+    # lora.queries names data the stage reads: a dependency, so new evaluation queries rerun it
+    assert {d["path"] for d in lock["deps"]} >= {params["lora"]["queries"]}
+    queries = tmp_path / params["lora"]["queries"]
+    listed = queries.read_text()
+    queries.write_text(listed + "../../elsewhere/q0.png\n")
+    assert "modified:" in sh(*dvc, "status", "pipelines/lora/dvc.yaml") and queries.name in \
+        sh(*dvc, "status", "pipelines/lora/dvc.yaml")
+    queries.write_text(listed)
     assert "up to date" in sh(*dvc, "status", "pipelines/lora/dvc.yaml")
     params["lora"]["steps"] = TINY["steps"] + 2                 # a trainer param: the stage reruns from scratch
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"lora": params["lora"]}))

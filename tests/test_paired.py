@@ -193,3 +193,70 @@ def test_each_versions_warnings_hold_for_the_difference(registry):
 
 def test_curve_refuses_a_paired_query(registry, capsys):
     one_line_exit_2(capsys, ["curve", "mAP@1000 for a@v1 vs b", "-r", registry, "--format", "json"], "paired difference")
+
+
+def test_diff_is_the_paired_row_of_b_vs_a(registry, capsys):
+    # `rscale diff A B` (what changed from A to B, B - A) reports the difference and interval of the
+    # row `for B vs A` answers: paired replicates, its ci_kind, not a query bootstrap of its own
+    for ci in ("benchmark", "population"):
+        d = _json(capsys, ["diff", "a@v1", "b", "--ci", ci, "-r", registry])
+        (row,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for b vs a@v1", "--ci", ci, "-r", registry])["rows"]
+        assert (d["difference"], d["ci_low"], d["ci_high"], d["ci_kind"]) == \
+            (row["value"], row["ci_low"], row["ci_high"], ci)
+        assert (d["value_a"], d["value_b"], d["backtest_at_n"]) == (row["value_b"], row["value_a"], row["backtest_at_n"])
+        assert d["queries_compared"] == 60 and d["resolved"] == (row["ci_low"] > 0 or row["ci_high"] < 0)
+        assert d["difference"] == pytest.approx(np.mean([r["delta"] for r in
+                                                         _json(capsys, ["diff", "a@v1", "b", "--top", "60", "-r",
+                                                                        registry])["largest_query_changes"]]))
+    (flip,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for a@v1 vs b", "-r", registry])["rows"]
+    assert _json(capsys, ["diff", "a@v1", "b", "-r", registry])["difference"] == pytest.approx(-flip["value"])
+
+
+@pytest.mark.parametrize("b,needles", [
+    ("c", ["do not pair", "for c, a@v1"]),                              # another sample
+    ("d", ["split_key", "re-run 'rscale estimate'"]),                   # recorded before the key
+    ("g", ["different half-sample splits", "the same --replicates"]),
+])
+def test_diff_refuses_what_the_paired_query_refuses(registry, capsys, b, needles):
+    one_line_exit_2(capsys, ["diff", "a@v1", b, "-r", registry], *needles)
+
+
+def test_simulated_backbones_with_recorded_halves_pair(tmp_path, capsys):
+    """`rscale simulate --halves`: the simulator's distractors are identified by (seed, query, rank),
+    so two presets simulated with the same --seed, --s and --k record the same halves (one split
+    key) and `for A vs B` answers; without --halves, or with another seed, they are refused."""
+    from rscale.core.halves import recorded_halves
+    from rscale.core.sample_stats import validate
+    from rscale.sim.presets import PRESETS
+    from rscale.store.sample_stats_file import read_sample_stats
+    a = sim.sample(sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=30), seed=1), 100_000, k=200, seed=1,
+                   halves=True)
+    b = sim.sample(sim.simulate(replace(PRESETS["sim_neardup"], n_queries=30), seed=1), 100_000, k=200, seed=1,
+                   halves=True)
+    assert validate(a) is a and a.schema_version == 3 and (a.n_halves == b.n_halves).all()
+    assert (a.top_halves == b.top_halves).all() and split_key(a, splits=8) == split_key(b, splits=8)
+    again = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=1), 100_000, k=200, seed=2,
+                       halves=True)
+    assert split_key(again, splits=8) != split_key(a, splits=8)
+    # beyond the top list a positive's half-A share is about a half, nested within its query
+    far = a.pos_counts > 200
+    share = a.pos_halves[far] / a.pos_counts[far, None]
+    assert far.sum() > 5 and abs(share.mean() - 0.5) < 0.05
+    order = np.lexsort((a.pos_counts, a.positive_query()))
+    same_q = np.diff(a.positive_query()[order]) == 0
+    step_h, step_c = np.diff(a.pos_halves[order], axis=0)[same_q], np.diff(a.pos_counts[order])[same_q]
+    assert (step_h >= 0).all() and (step_h <= step_c[:, None]).all()       # nested: more distractors, more in A
+    for split in range(8):
+        ha, hb = recorded_halves(a, split)
+        assert (ha.n_sampled + hb.n_sampled == a.n_sampled).all() and (ha.pos_counts + hb.pos_counts == a.pos_counts).all()
+    reg = str(tmp_path / "reg")
+    for name, extra in (("sim_bounded", ["--halves"]), ("sim_neardup", ["--halves"]), ("sim_gaussian", [])):
+        ss = tmp_path / f"{name}.parquet"
+        assert main(["simulate", name, "-o", str(ss), "--s", "2e5", "--k", "300", "--queries", "30", "--seed", "3",
+                     *extra]) == 0
+        assert read_sample_stats(ss).has_halves == bool(extra)
+        assert main(["estimate", str(ss), "-o", str(tmp_path / f"{name}.h.parquet"), "--replicates", "4"]) == 0
+        assert main(["register", str(tmp_path / f"{name}.h.parquet"), "--sample", str(ss), "-r", reg]) == 0
+    (row,) = _json(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded vs sim_neardup", "-r", reg])["rows"]
+    assert row["ci_kind"] == "benchmark" and row["paired"] == "replicates" and row["ci_low"] <= row["value"] <= row["ci_high"]
+    one_line_exit_2(capsys, ["query", "mAP@1000 at N=1e8 for sim_bounded vs sim_gaussian", "-r", reg], "do not pair")

@@ -151,10 +151,15 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     # reranker, in sample stats schema 2 next to the first stage's
     from rscale.store.candidate_lists import read_candidates
     again = read_sample_stats(path / "out" / "rerank" / "tiny" / "sample.parquet")
-    for field in ("query_ids", "pos_ids", "pos_offsets", "pos_scores", "pos_counts", "top_scores", "n_sampled"):
+    # both record the halves by distractor id (real_score --halves), so two entries scored on these
+    # images pair in 'for A vs B', and the reranked input's halves are the hardness replicates'
+    assert ss.has_halves and ss.meta["sample_ids"].startswith("n=")
+    for field in ("query_ids", "pos_ids", "pos_offsets", "pos_scores", "pos_counts", "top_scores", "n_sampled",
+                  "top_halves", "pos_halves", "n_halves"):
         np.testing.assert_array_equal(getattr(again, field), getattr(ss, field), err_msg=field)
     rr = read_sample_stats(path / "out" / "sample_stats" / "tiny.reranked.parquet")
-    assert rr.schema_version == 2 and rr.top_rerank.shape == (10, 25) and rr.pos_rerank.shape == (30,)
+    assert rr.schema_version == 3 and rr.top_rerank.shape == (10, 25) and rr.pos_rerank.shape == (30,)
+    assert np.array_equal(rr.top_halves, ss.top_halves)
     np.testing.assert_array_equal(rr.top_scores, ss.top_scores)
     # the whole image is a region: no rerank score is below its first-stage score (fp16 regions)
     assert np.all(rr.pos_rerank >= rr.pos_scores - 2e-3) and np.all(rr.top_rerank >= rr.top_scores[:, :25] - 2e-3)

@@ -12,7 +12,7 @@ import pytest
 from rscale import api, sim
 from rscale.core.estimators.methods import estimate
 from rscale.core.replicates import hardness_replicates
-from rscale.errors import FormatError, NotFoundError, RegistryError, SchemaVersionError
+from rscale.errors import FormatError, InvalidArgumentError, NotFoundError, RegistryError, SchemaVersionError
 from rscale.sim.presets import PRESETS
 from rscale.store.hardness_file import write_hardness
 from rscale.store.registry import Registry
@@ -266,11 +266,22 @@ def test_budget_warning_diff_and_lineage(tmp_path):
     assert lin["inputs"]["sample"]["digest"] == v.sample
     assert lin["inputs"]["sample"]["meta"]["backbone"] == "sim_neardup"
     assert lin["params"]["count_test"] == 0.01
-    h2, _ = make_files(tmp_path, preset="sim_neardup", seed=5, queries=1000, s=200_000)
-    api.register(h2, None, registry=reg)
-    d = api.diff("sim_neardup@v1", "sim_neardup@v2", registry=reg, top=3)
+    # v2, v3: the sample estimated twice (the default threshold, then q=0.9) by rscale estimate, which
+    # records the split key: their replicates pair
+    for name, params in (("v2", []), ("v3", ["q=0.9"])):
+        api.estimate(s, "evt", params=params, out=tmp_path / f"{name}.parquet", replicates=8)
+        api.register(tmp_path / f"{name}.parquet", s, registry=reg)
+    d = api.diff("sim_neardup@v2", "sim_neardup@v3", registry=reg, top=3)
     assert d["queries_compared"] == 1000 and len(d["largest_query_changes"]) == 3
-    assert d["ci_low"] <= d["difference"] <= d["ci_high"]
+    assert d["ci_low"] <= d["difference"] <= d["ci_high"] and d["ci_kind"] == "benchmark"
+    # refused as 'for A vs B' refuses: v1 was written without a split key, v4 is another sample
+    _, s4 = make_files(tmp_path, preset="sim_neardup", seed=5, queries=1000, s=200_000)
+    api.estimate(s4, "evt", out=tmp_path / "v4.parquet", replicates=8)
+    api.register(tmp_path / "v4.parquet", None, registry=reg)
+    with pytest.raises(InvalidArgumentError, match="split_key"):
+        api.diff("sim_neardup@v1", "sim_neardup@v2", registry=reg)
+    with pytest.raises(InvalidArgumentError, match="do not pair"):
+        api.diff("sim_neardup@v2", "sim_neardup@v4", registry=reg)
     same = api.diff("sim_neardup@v1", "sim_neardup@v1", registry=reg)
     assert same["difference"] == 0 and same["rule_changed_share"] == 0
 

@@ -156,3 +156,65 @@ def test_meta_is_json(tmp_path, ss):
     md = pq.read_schema(write_sample_stats(ss, tmp_path / "m.parquet")).metadata
     meta = json.loads(md[b"rscale.meta"])
     assert meta["sampler"] == "sim-order-statistics"
+
+
+def test_list_columns_read_the_same_from_many_row_groups_without_copying_them(tmp_path, ss):
+    """The list readers take zero-copy views of each chunk's values (store.columns.list_flat), not
+    combine_chunks() + flatten(): files of one row group and of many (many chunks per column) read
+    to the same arrays, a null inside a later chunk's list is named by its row, and the reranked-
+    input reader agrees."""
+    from rscale.core.rerank_replicates import reranked_input
+    from rscale.store.columns import list_flat
+    from rscale.store.reranked_input_file import read_reranked_input, write_reranked_input
+    rng = np.random.default_rng(3)
+    rr = replace(ss, top_rerank=rng.random((ss.n_queries, 9)), pos_rerank=rng.random(ss.n_positives))
+    one, many = tmp_path / "one.parquet", tmp_path / "many.parquet"
+    pq.write_table(to_table(rr), one)
+    pq.write_table(to_table(rr), many, row_group_size=7)
+    assert pq.read_table(many).column("top_scores").num_chunks == 5
+    a, b = read_sample_stats(one), read_sample_stats(many)
+    for f in ("query_ids", "n_sampled", "top_scores", "pos_offsets", "pos_ids", "pos_scores", "pos_counts",
+              "top_rerank", "pos_rerank"):
+        assert np.array_equal(getattr(a, f), getattr(rr, f)) and np.array_equal(getattr(b, f), getattr(rr, f)), f
+        assert getattr(b, f).flags.writeable and getattr(b, f).dtype == getattr(a, f).dtype, f
+    # a sliced chunk (offsets not starting at 0) against pyarrow's own flatten
+    col = pa.chunked_array([to_table(rr).column("positive_ids").combine_chunks().slice(3, 11)] * 2)
+    values, off = list_flat(col)
+    assert values.to_pylist() == pa.concat_arrays([c.flatten() for c in col.chunks]).to_pylist()
+    assert off.tolist() == np.concatenate([[0], np.cumsum([len(x) for x in col.to_pylist()])]).tolist()
+    # a null value inside row 23's list (the fourth chunk): named by its row
+    scores = [list(map(float, rr.pos_scores[s:e])) for s, e in zip(rr.pos_offsets[:-1], rr.pos_offsets[1:])]
+    scores[23][1] = None
+    t = to_table(rr)
+    t = t.set_column(t.column_names.index("positive_scores"), "positive_scores", pa.array(scores, pa.list_(pa.float64())))
+    pq.write_table(t, tmp_path / "null.parquet", row_group_size=7)
+    with pytest.raises(FormatError, match="null value inside the list") as err:
+        read_sample_stats(tmp_path / "null.parquet")
+    assert err.value.row == 23 and err.value.column == "positive_scores"
+    # the reranked input, written in one row group and re-written in many, reads the same
+    inp = reranked_input(rr, splits=2, seed=0)
+    path = write_reranked_input(inp, tmp_path / "rr.parquet", query_ids=rr.query_ids, pos_ids=rr.pos_ids, meta={})
+    pq.write_table(pq.read_table(path), tmp_path / "rr_many.parquet", row_group_size=5)
+    (x, ix), (y, iy) = read_reranked_input(path), read_reranked_input(tmp_path / "rr_many.parquet")
+    assert pq.read_table(tmp_path / "rr_many.parquet").column("grid").num_chunks > 1
+    for s, t_ in zip(x.sets, y.sets):
+        for f in ("grid", "joint", "reach"):
+            assert np.array_equal(getattr(s, f), getattr(t_, f)), f
+    assert np.array_equal(ix["positive_ids"], iy["positive_ids"]) and np.array_equal(ix["query_ids"], iy["query_ids"])
+
+
+def test_list_readers_allocate_no_arrow_copy_of_the_column(ss):
+    # combine_chunks() copied even a one-chunk column into new Arrow memory; the views do not
+    from rscale.store.reranked_input_file import _lists
+    from rscale.store.sample_stats_file import _list_column
+    big = replace(ss, top_scores=np.tile(ss.top_scores, (1, 20)), meta={**ss.meta, "k": str(ss.k * 20)})
+    table = to_table(big)
+    default = pa.default_memory_pool()
+    for read in (lambda: _list_column(table, "top_scores", "x", "float"), lambda: _lists(table, "top_scores", "x")):
+        pool = pa.proxy_memory_pool(default)
+        pa.set_memory_pool(pool)
+        try:
+            values, _ = read()
+        finally:
+            pa.set_memory_pool(default)
+        assert np.array_equal(values, big.top_scores.ravel()) and pool.max_memory() < values.nbytes / 10

@@ -114,8 +114,10 @@ def pipeline_demo(config="params.yaml", registry=None) -> list[dict]:
 
 
 def simulate_sample_stats(backbone: str, out, *, s: int, k: int = 4000, n_queries: int | None = None,
-                          seed: int = 0):
-    """Simulate a preset backbone and write the sample stats of an S-distractor sample."""
+                          seed: int = 0, halves: bool = False):
+    """Simulate a preset backbone and write the sample stats of an S-distractor sample; ``halves``:
+    with recorded half-sample membership (:func:`rscale.sim.benchmark.simulated_halves`), so that
+    presets simulated with the same seed, S and K pair in ``for A vs B``."""
     from dataclasses import replace
 
     from rscale import sim
@@ -125,7 +127,7 @@ def simulate_sample_stats(backbone: str, out, *, s: int, k: int = 4000, n_querie
     spec = preset(backbone)
     if n_queries:
         spec = replace(spec, n_queries=n_queries)
-    ss = sim.sample(sim.simulate(spec, seed=seed), s, k=k, seed=seed)
+    ss = sim.sample(sim.simulate(spec, seed=seed), s, k=k, seed=seed, halves=halves)
     return write_sample_stats(ss, out)
 
 

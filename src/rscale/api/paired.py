@@ -1,8 +1,10 @@
-"""Paired differences of two versions, ``rscale query "mAP@1000 at N=1e8 for A vs B"``: A - B with
-the interval of the difference from paired replicates (:func:`rscale.core.interval.
-difference_intervals`), for two versions whose half-sample replicates pair: the same split of the
-same distractor sample, which their hardness files record as one split key
-(:func:`rscale.core.replicates.split_key`). Anything else is refused in one line."""
+"""Paired differences of two versions, ``rscale query "mAP@1000 at N=1e8 for A vs B"`` and
+``rscale diff``: A - B with the interval of the difference from paired replicates
+(:func:`rscale.core.interval.difference_intervals`), for two versions whose half-sample replicates
+pair: the same split of the same distractor sample, which their hardness files record as one split
+key (:func:`rscale.core.replicates.split_key`). Anything else is refused in one line.
+:func:`paired_rows` is the one home of that check and of the rows; :func:`paired_answer` (the
+query) and :func:`rscale.api.registry.diff` both call it."""
 
 from __future__ import annotations
 
@@ -14,8 +16,6 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
     """The answer to a parsed ``for A vs B`` query ``q``: one row per (measure, N) with the
     difference ``value`` = A - B, ``value_a``, ``value_b``, the interval of kind ``ci_kind`` and the
     back-test term of the difference (``backtest_at_n`` = e_A(f) - e_B(f)), plus warnings."""
-    from rscale.core.interval import difference_intervals
-    from rscale.core.prediction import resolve_mode
     from rscale.errors import InvalidArgumentError
 
     if q.rerank_depth is not None:
@@ -33,13 +33,34 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
     if (*va.series, va.version) == (*vb.series, vb.version):
         raise InvalidArgumentError(f"'{q.backbones[0]}' and '{q.backbones[1]}' are the same version ({va.ref}); "
                                    "a paired difference needs two")
+    rows, warnings, _ = paired_rows(reg, (va, vb), cells=[(m, float(n)) for m in q.measures for n in q.sizes],
+                                    mode=q.mode, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
+                                    names=tuple(str(r) for r in q.backbones))
+    warnings += _side_warnings(q, (va, vb), reg.root)
+    return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", level: float = 0.95,
+                bootstrap: int = 1000, seed: int = 0, names=None):
+    """(rows, warnings, per-query values) of A - B for the registered ``versions`` (A, B) at
+    each (Measure, N) of ``cells``: the rows ``for A vs B`` answers, after the checks that the two
+    pair (the same queries in the same order; replicates with one split key, unless the interval
+    needs none, population with ``bootstrap`` 0, or A is B). ``names``: how the user named A and B (for the
+    messages); per-query values: (A's (Q,), B's (Q,)) per cell, in A's query order."""
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import resolve_mode
+    from rscale.errors import InvalidArgumentError
+
+    va, vb = versions
+    name_a, name_b = names or (va.ref, vb.ref)
     (est_a, info_a), (est_b, info_b) = reg.read_hardness(va), reg.read_hardness(vb)
     a_name, b_name = f"{va.ref} on {va.benchmark}", f"{vb.ref} on {vb.benchmark}"
     if info_a["query_ids"].shape != info_b["query_ids"].shape or not (info_a["query_ids"] == info_b["query_ids"]).all():
         raise InvalidArgumentError(f"{a_name} and {b_name} are not evaluated on the same queries in the same order: "
                                    "a paired difference needs both; ask for each one's row with "
-                                   f"'for {q.backbones[0]}, {q.backbones[1]}'")
-    if ci_kind == "benchmark" or bootstrap:
+                                   f"'for {name_a}, {name_b}'")
+    same = (*va.series, va.version) == (*vb.series, vb.version)      # a version with itself pairs trivially
+    if not same and (ci_kind == "benchmark" or bootstrap):
         for v, est, info in ((va, est_a, info_a), (vb, est_b, info_b)):
             if est.replicates is None:
                 raise InvalidArgumentError(f"{v.ref} on {v.benchmark} has no hardness replicates, so no interval of the "
@@ -60,9 +81,8 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                 f"{a_name} and {b_name} do not pair: their half-samples are not the same split of the same "
                 "distractors (two backbones pair when both are scored with 'rscale score --halves' on the same "
                 "sample; without recorded halves only two estimates of one sample, or versions that differ only in "
-                f"their positives, do); ask 'for {q.backbones[0]}, {q.backbones[1]}' for each one's own interval")
-    cells = [(m, float(n)) for m in q.measures for n in q.sizes]
-    answers = difference_intervals(est_a, est_b, [(m.law_metric, m.k, n) for m, n in cells], mode=q.mode,
+                f"their positives, do); ask 'for {name_a}, {name_b}' for each one's own interval")
+    answers = difference_intervals(est_a, est_b, [(m.law_metric, m.k, n) for m, n in cells], mode=mode,
                                    ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                    backtest_a=info_a["backtest"], backtest_b=info_b["backtest"])
     rows, warnings = [], []
@@ -79,13 +99,12 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                      "versus_version": f"v{vb.version}", "benchmark": va.benchmark, "measure": str(m), "N": int(n),
                      "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo,
                      "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
-                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, q.mode), "extrapolation": n / s_max,
+                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, mode), "extrapolation": n / s_max,
                      **_difference_backtest(bt_a, bt_b)})
         if np.isfinite(lo) and lo <= 0.0 <= hi:
             warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "
                             f"{lo:+.4f}..{hi:+.4f} contains 0: not resolved")
-    warnings += _side_warnings(q, (va, vb), reg.root)
-    return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+    return rows, warnings, [(a[0], a[1]) for a in answers]
 
 
 def _side_warnings(q, versions, registry) -> list[str]:

@@ -318,7 +318,8 @@ def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> di
     sample = base / "out" / "rerank" / name / "sample.parquet"
     sample.parent.mkdir(parents=True, exist_ok=True)
     api.score(queries, gallery / "positives", qrels=gallery / "qrels.parquet", distractors_dir=gallery / "distractors",
-              out=sample, fraction=entry.fraction, seed=entry.seed, k=entry.k, candidates=int(rr["candidates"]))
+              out=sample, fraction=entry.fraction, seed=entry.seed, k=entry.k, candidates=int(rr["candidates"]),
+              halves=True)        # as real_score scores it (dvc.yaml): the reranked halves are the hardness replicates'
     return rerank_sample(sample, queries, [(i, p) for i, p, *_ in image_items(entry.distractors)],
                          [(i, p) for i, p, *_ in positives], rr["detector"], entry.model, rr["cache"], out,
                          first_stage_weight=float(s["first_stage_weight"]),

@@ -383,14 +383,17 @@ def lineage(name: str, registry=None, *, benchmark=None, estimator=None) -> dict
 
 
 def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float = 1e8, top: int = 10,
-         benchmark=None, estimator=None) -> dict:
-    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
-    from rscale.core.prediction import predict_per_query
-    from rscale.core.uncertainty import paired_difference
-    from rscale.errors import InvalidArgumentError
+         benchmark=None, estimator=None, ci_kind: str = "benchmark", bootstrap: int = 1000) -> dict:
+    """What changed from version ``a`` to version ``b`` (b - a): the difference of the measure at
+    ``n`` with its interval of kind ``ci_kind``, the row ``rscale query "MEASURE at N=n for b vs a"``
+    answers (:func:`rscale.api.paired.paired_rows`: paired replicates, the same refusals when the
+    two do not pair), plus the queries that changed most and the per-positive hardness ratios."""
+    from rscale.api.paired import paired_rows
+    from rscale.core.interval import check_ci_kind
     from rscale.query.measures import Measure
     from rscale.store.registry import Registry
 
+    check_ci_kind(ci_kind)
     reg = Registry.locate(registry)
     m = Measure.parse(measure)
     sides = []
@@ -400,13 +403,9 @@ def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float =
         est, info = reg.read_hardness(v)
         sides.append((v, est, info))
     (va, ea, ia), (vb, eb, ib) = sides
-    qa, qb = ia["query_ids"], ib["query_ids"]
-    common, ia_idx, ib_idx = np.intersect1d(qa, qb, return_indices=True)
-    if common.size < 2:
-        raise InvalidArgumentError(f"{va.ref} and {vb.ref} share {common.size} queries; a diff needs the same queries")
-    pa_ = predict_per_query(ea, m.law_metric, n, m.k)[ia_idx]
-    pb_ = predict_per_query(eb, m.law_metric, n, m.k)[ib_idx]
-    d = paired_difference(pb_, pa_)
+    (row,), warnings, ((pb_, pa_),) = paired_rows(reg, (vb, va), cells=[(m, float(n))], ci_kind=ci_kind,
+                                                  bootstrap=bootstrap, names=(b, a))
+    common = ia["query_ids"]                     # paired_rows: the same queries in the same order
     delta = pb_ - pa_
     order = np.argsort(-np.abs(delta))[:top]
     # per-positive hardness, aligned by (query, positive) ids
@@ -420,14 +419,18 @@ def diff(a: str, b: str, *, registry=None, measure: str = "mAP@1000", n: float =
     with np.errstate(divide="ignore", invalid="ignore"):
         lr = np.log10(xb[pb_idx] / xa[pa_idx])
     finite = np.isfinite(lr)
+    lo, hi = row["ci_low"], row["ci_high"]
     return {
         "a": va.ref + f" [{'/'.join(va.series)}]", "b": vb.ref + f" [{'/'.join(vb.series)}]",
         "measure": str(m), "N": n, "queries_compared": int(common.size),
-        "value_a": float(pa_.mean()), "value_b": float(pb_.mean()), "difference": d.value,
-        "ci_low": d.lo, "ci_high": d.hi, "resolved": d.resolved,
+        "value_a": row["value_b"], "value_b": row["value_a"], "difference": row["value"],
+        "ci_low": lo, "ci_high": hi, "ci_kind": ci_kind, "paired": row["paired"],
+        "resolved": bool(np.isfinite(lo) and (lo > 0 or hi < 0)),
+        "backtest_at_n": row["backtest_at_n"],
         "positives_compared": int(pa_idx.size),
         "median_log10_hardness_ratio": float(np.median(lr[finite])) if finite.any() else None,
         "rule_changed_share": float(np.mean(ra[pa_idx] != rb[pb_idx])) if pa_idx.size else None,
         "largest_query_changes": [{"query_id": str(common[i]), "a": float(pa_[i]), "b": float(pb_[i]),
                                    "delta": float(delta[i])} for i in order],
+        "warnings": sorted(set(warnings)),
     }

@@ -18,6 +18,8 @@ def simulate(
     k: int = typer.Option(4000, help="Top scores kept per query."),
     queries: Optional[int] = typer.Option(None, help="Override the number of queries."),
     seed: int = typer.Option(0),
+    halves: bool = typer.Option(False, "--halves", help="Record half-sample membership (as 'rscale score "
+                                "--halves'): presets simulated with the same --seed, --s and --k pair in 'for A vs B'."),
     fmt: str = output.format_option(output.TEXT, output.JSON),
 ):
     """Write the sample stats of a simulated backbone (the estimators' input format)."""
@@ -27,7 +29,8 @@ def simulate(
     positive_int(k, "--k")
     if queries is not None:
         positive_int(queries, "--queries")
-    path = api.simulate_sample_stats(backbone, out, s=gallery_size(s, "--s"), k=k, n_queries=queries, seed=seed)
+    path = api.simulate_sample_stats(backbone, out, s=gallery_size(s, "--s"), k=k, n_queries=queries, seed=seed,
+                                      halves=halves)
     output.print_message(f"wrote {path}", fmt, {"written": str(path)})
 
 

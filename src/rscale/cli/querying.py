@@ -68,24 +68,32 @@ def diff(a: str = typer.Argument(..., help="NAME[@VERSION] (the reference)."),
          benchmark: Optional[str] = typer.Option(None, "--on"),
          estimator: Optional[str] = typer.Option(None, "--using"),
          fmt: str = output.format_option(output.TEXT, output.JSON),
+         bootstrap: int = typer.Option(1000, help="Query-bootstrap resamples for --ci population (0: the difference "
+                                                  "only; at most 10,000)."),
+         ci: str = ci_option(),
          registry: Optional[Path] = registry_option()):
-    """Per-query metric and per-positive hardness differences between two versions (b - a)."""
+    """What changed from a to b (b - a): the paired difference 'rscale query "... for b vs a"' answers,
+    the queries that changed most, and per-positive hardness ratios."""
     from rscale import api
 
     positive_int(top, "--top", minimum=0)
+    positive_int(bootstrap, "--bootstrap", minimum=0, maximum=MAX_BOOTSTRAP)
     out = api.diff(a, b, registry=registry, measure=metric, n=float(gallery_size(n)), top=top, benchmark=benchmark,
-                   estimator=estimator)
+                   estimator=estimator, ci_kind=ci, bootstrap=bootstrap)
     if fmt == output.JSON:
         output.print_json(out)
         return
     verdict = "resolved" if out["resolved"] else "NOT resolved (CI contains 0)"
     typer.echo(f"{out['measure']} at N={out['N']:.3g}: a={out['value_a']:.4f} b={out['value_b']:.4f} "
-               f"b-a={out['difference']:+.4f} [95% CI {out['ci_low']:+.4f}, {out['ci_high']:+.4f}] {verdict}")
+               f"b-a={out['difference']:+.4f} [95% CI {out['ci_low']:+.4f}, {out['ci_high']:+.4f}, "
+               f"ci_kind {out['ci_kind']}] {verdict}")
     typer.echo(f"queries compared: {out['queries_compared']}, positives: {out['positives_compared']}, "
                f"median log10 hardness ratio b/a: {out['median_log10_hardness_ratio']}, "
                f"rule changed: {out['rule_changed_share']}")
     for r in out["largest_query_changes"]:
         typer.echo(f"  {r['query_id']}: {r['a']:.4f} -> {r['b']:.4f} ({r['delta']:+.4f})")
+    for w in out["warnings"]:
+        output.warn(w)
 
 
 def curve(text: str = typer.Argument(..., help='e.g. "mAP@1000 for dinov3_l, siglip2_l"'),

@@ -17,7 +17,7 @@ import hashlib
 
 import numpy as np
 
-from rscale.core.sample_stats import HALF_SPLITS, SampleStats
+from rscale.core.sample_stats import HALF_SPLITS, SampleStats, kept_rerank_scores
 
 RULE = "blake2b-16(id)[0] bit i = half A of split i (rscale 4)"
 _MASK64 = (1 << 64) - 1
@@ -71,8 +71,7 @@ def recorded_halves(ss: SampleStats, split: int) -> tuple[SampleStats, SampleSta
         order = np.argsort(~keep, axis=1, kind="stable")[:, :k_new]
         rerank = {"top_rerank": None, "pos_rerank": None}
         if ss.has_rerank:
-            from rscale.core.subsample import _kept_rerank
-            rerank.update(_kept_rerank(ss, keep, k_new))
+            rerank.update(kept_rerank_scores(ss, keep, k_new))
         out.append(replace(ss, n_sampled=np.asarray(n, np.int64), top_scores=np.take_along_axis(ss.top_scores, order, axis=1),
                            pos_counts=np.asarray(c, np.int64), top_halves=None, pos_halves=None, n_halves=None,
                            meta={**ss.meta, "half": f"{split}{'AB'[len(out)]}"}, **rerank))

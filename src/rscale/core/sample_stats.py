@@ -206,3 +206,22 @@ def count_at_or_above(top: np.ndarray, offsets: np.ndarray, scores: np.ndarray) 
         if b > a:
             out[a:b] = np.searchsorted(neg[q], -scores[a:b], side="right")
     return out
+
+
+def kept_rerank_scores(ss: SampleStats, keep: np.ndarray, k: int) -> dict:
+    """The rerank scores of a sample that keeps only part of each query's top list: ``keep``
+    (Q, K) bool marks the kept top entries (a sub-sample, :func:`rscale.core.subsample.subsample`,
+    or a recorded half, :func:`rscale.core.halves.recorded_halves`) and ``k`` the top list the
+    result keeps. Its top R' are the kept entries of the original top R, in first-stage order, cut
+    to R' = min(k, the fewest kept over queries) so that R stays one number per sample; positives
+    keep theirs. As SampleStats fields (``top_rerank``, ``pos_rerank``); {} when the sample has no
+    rerank scores or some query keeps none of its reranked top.
+    Example: R = 3, keep rows [T, F, T, ...] and [F, T, T, ...], k = 5: each row keeps 2, R' = 2."""
+    if not ss.has_rerank:
+        return {}
+    kept = keep[:, :ss.top_rerank.shape[1]]
+    r_new = min(k, int(kept.sum(axis=1).min()))
+    if r_new < 1:
+        return {}
+    order = np.argsort(~kept, axis=1, kind="stable")
+    return {"top_rerank": np.take_along_axis(ss.top_rerank, order, axis=1)[:, :r_new], "pos_rerank": ss.pos_rerank}

@@ -9,16 +9,15 @@ the c - K distractors beyond it. Increments between successive positives (and up
 thinned independently, so all counts of a query stay nested and consistent. Sub-samples of
 sub-samples are nested samples: what the sufficient-budget diagnostic needs.
 
-Rerank scores (schema version 2) travel with the kept candidates: the top R of a sub-sample are
-the kept entries of the original top R, in order, cut to the smallest number kept over queries
-(so R stays one number per sample), and positives keep theirs.
+Rerank scores (schema version 2) travel with the kept candidates
+(:func:`rscale.core.sample_stats.kept_rerank_scores`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rscale.core.sample_stats import SampleStats, count_at_or_above
+from rscale.core.sample_stats import SampleStats, count_at_or_above, kept_rerank_scores
 from rscale.errors import InvalidArgumentError
 
 
@@ -84,20 +83,7 @@ def subsample(ss: SampleStats, p: float, seed: int = 0, k: int | None = None,
     meta = {**ss.meta, "subsample": f"{1 - p if complement else p:g}", "subsample_seed": str(seed)}
     return SampleStats(query_ids=ss.query_ids, n_sampled=n_sampled.astype(np.int64), top_scores=top,
                        pos_offsets=off, pos_ids=ss.pos_ids, pos_scores=ss.pos_scores,
-                       pos_counts=counts.astype(np.int64), meta=meta, **_kept_rerank(ss, keep, k_new))
-
-
-def _kept_rerank(ss: SampleStats, keep: np.ndarray, k_new: int) -> dict:
-    """The rerank scores of the kept top candidates (see the module docstring); none when the
-    sample has none or some query keeps none of its reranked top."""
-    if not ss.has_rerank:
-        return {}
-    kept = keep[:, :ss.top_rerank.shape[1]]
-    r_new = min(k_new, int(kept.sum(axis=1).min()))
-    if r_new < 1:
-        return {}
-    order = np.argsort(~kept, axis=1, kind="stable")
-    return {"top_rerank": np.take_along_axis(ss.top_rerank, order, axis=1)[:, :r_new], "pos_rerank": ss.pos_rerank}
+                       pos_counts=counts.astype(np.int64), meta=meta, **kept_rerank_scores(ss, keep, k_new))
 
 
 def split_halves(ss: SampleStats, seed: int = 0) -> tuple[SampleStats, SampleStats]:

@@ -97,14 +97,15 @@ def ilias_instances(path):
 
 def query_paths(source) -> list[Path]:
     """Evaluation query images: an ILIAS-layout folder's ``query/`` images, or the images of a
-    folder, list file or list of paths."""
+    folder, list file or list of paths. A list file without entries names none (the pipeline's
+    default, pipelines/lora/evaluation_queries.txt: a file, so that DVC tracks its content)."""
     if not isinstance(source, (list, tuple)) and not Path(source).exists():
         raise FormatError("evaluation queries not found (expected an ILIAS-layout folder, an image folder or a "
                           "list file)", path=str(source))
     found = ilias_instances(source) if not isinstance(source, (list, tuple)) else None
     if found is not None:
         return [q for inst in found for q in inst.queries]
-    return _listed_paths(source)
+    return _listed_paths(source, allow_empty=not isinstance(source, (list, tuple)) and Path(source).is_file())
 
 
 def layout_queries(paths) -> list[Path]:
@@ -185,9 +186,9 @@ def image_paths(source) -> list[Path]:
     return list(training_source(source).paths)
 
 
-def _listed_paths(source) -> list[Path]:
+def _listed_paths(source, *, allow_empty: bool = False) -> list[Path]:
     """A folder's images (recursively, sorted), a text file's paths (one per line, relative to the
-    file's folder; blank lines and ``#`` comments skipped) or a list's."""
+    file's folder; blank lines and ``#`` comments skipped) or a list's; empty only if ``allow_empty``."""
     if isinstance(source, (list, tuple)):
         paths = [Path(p) for p in source]
     else:
@@ -202,7 +203,7 @@ def _listed_paths(source) -> list[Path]:
         else:
             raise FormatError("training images not found (expected a folder, a list file or a list of paths)",
                               path=str(source))
-    if not paths:
+    if not paths and not allow_empty:
         raise InvalidArgumentError("no training images: the list is empty")
     return paths
 

@@ -150,8 +150,11 @@ def _nested_binomial(total: np.ndarray, lower: np.ndarray, x: np.ndarray, offset
     return out
 
 
-def sample(bench: SimBenchmark, s: int, k: int = 4000, seed: int = 0) -> SampleStats:
-    """Sample stats of a uniform sample of ``s`` distractors (see the module docstring)."""
+def sample(bench: SimBenchmark, s: int, k: int = 4000, seed: int = 0, *, halves: bool = False) -> SampleStats:
+    """Sample stats of a uniform sample of ``s`` distractors (see the module docstring).
+    ``halves``: also record half-sample membership as ``rscale score --halves`` does
+    (:func:`simulated_halves`), so that backbones sampled with the same ``seed``, ``s`` and ``k``
+    pair in ``for A vs B``."""
     s, k = int(s), int(k)
     if k < 1 or s < k:
         raise InvalidArgumentError(f"need 1 <= K <= S; got K={k}, S={s}")
@@ -175,10 +178,61 @@ def sample(bench: SimBenchmark, s: int, k: int = 4000, seed: int = 0) -> SampleS
     meta = {"backbone": bench.spec.name, "benchmark": bench.spec.benchmark,
             "distractor_source": f"sim:{bench.spec.family}", "sampler": "sim-order-statistics",
             "seed": str(seed), "k": str(k)}
-    return SampleStats(query_ids=bench.query_ids.copy(), n_sampled=np.full(q, s, dtype=np.int64),
-                       top_scores=top, pos_offsets=off.copy(), pos_ids=bench.pos_ids.copy(),
-                       pos_scores=bench.pos_scores.copy(), pos_counts=counts.astype(np.int64),
-                       meta=meta)
+    ss = SampleStats(query_ids=bench.query_ids.copy(), n_sampled=np.full(q, s, dtype=np.int64),
+                     top_scores=top, pos_offsets=off.copy(), pos_ids=bench.pos_ids.copy(),
+                     pos_scores=bench.pos_scores.copy(), pos_counts=counts.astype(np.int64),
+                     meta=meta)
+    return simulated_halves(ss, seed) if halves else ss
+
+
+def simulated_halves(ss: SampleStats, seed: int) -> SampleStats:
+    """``ss`` with recorded half-sample membership (sample stats schema version 3,
+    :mod:`rscale.core.halves`) for the simulator's distractors, which have no ids of their own.
+
+    The simulator draws each query's sampled distractors by their survival order (the top-K
+    scores are the K smallest survival values), so its stable distractor identity is (sample
+    seed, query, rank in survival order), shared by every backbone simulated with that seed, S and
+    K. Membership is a property of that identity: bit i of a byte drawn from a generator seeded by
+    (seed, S, K) alone, never by the backbone, so the top entries' bytes and the half sizes
+    (top-K part plus Binomial(S - K, 1/2) for the rest) are the same for every such backbone and
+    their replicates pair. A positive's half-A counts are read off the top bytes inside the list;
+    beyond it (c > K) the c - K distractors above it add nested hypergeometric draws from the rest. ``meta['sample_ids']`` names the
+    sampled set (``sim seed=... S=... K=...``) in place of the scoring engine's id digest.
+    Example: ``sample(a, 1e5, 400, seed=2, halves=True)`` and the same for another preset ``b``
+    have one split key."""
+    from dataclasses import replace
+
+    from rscale.core.halves import RULE
+    from rscale.core.sample_stats import HALF_SPLITS
+
+    q, k = ss.top_scores.shape
+    s = int(ss.n_sampled.max())
+    if np.any(ss.n_sampled != s):
+        raise InvalidArgumentError("simulated halves need one S for every query")
+    rng = np.random.default_rng([seed, 29, s, k])
+    top_halves = rng.integers(0, 256, (q, k), dtype=np.uint8)
+    bits = (top_halves[:, :, None] >> np.arange(HALF_SPLITS, dtype=np.uint8)) & 1            # (Q, K, 8)
+    cum = np.concatenate([np.zeros((q, 1, HALF_SPLITS), np.int64), np.cumsum(bits, axis=1, dtype=np.int64)], axis=1)
+    rest_a = rng.binomial(s - k, 0.5, (q, HALF_SPLITS)).astype(np.int64)                    # half A beyond the list
+    n_halves = cum[:, -1] + rest_a
+    pq = ss.positive_query()
+    c = ss.pos_counts
+    pos_halves = cum[pq, np.minimum(c, k)]                                                   # (P, 8)
+    beyond = np.flatnonzero(c > k)
+    if beyond.size:
+        # nested draws per query, positives by ascending count: half A among the next (c - prev) of the rest
+        prng = np.random.default_rng([seed, 31, s, k])
+        prev_q, prev_c, taken = -1, k, np.zeros(HALF_SPLITS, np.int64)
+        for i in beyond[np.lexsort((c[beyond], pq[beyond]))]:
+            if pq[i] != prev_q:
+                prev_q, prev_c, taken = pq[i], k, np.zeros(HALF_SPLITS, np.int64)
+            m, good = int(c[i] - prev_c), rest_a[pq[i]] - taken     # half A left among the s - prev_c not counted
+            if m:
+                taken = taken + prng.hypergeometric(good, s - prev_c - good, m)
+            pos_halves[i] = cum[pq[i], k] + taken
+            prev_c = int(c[i])
+    meta = {**ss.meta, "halves_rule": RULE, "sample_ids": f"sim seed={seed} S={s} K={k}"}
+    return replace(ss, top_halves=top_halves, pos_halves=pos_halves.astype(np.int64), n_halves=n_halves, meta=meta)
 
 
 def truth_counts(bench: SimBenchmark, ss: SampleStats, n: float, seed: int = 0) -> np.ndarray:

@@ -78,17 +78,16 @@ def _lists(table, name: str, path: str, kind: str = "float"):
     """(flat values, lengths) of a list column."""
     import pyarrow as pa
 
-    from rscale.store.columns import numeric, strings
+    from rscale.store.columns import list_flat, numeric, strings
 
-    col = table.column(name).combine_chunks()
+    col = table.column(name)
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or col.null_count:
         raise FormatError(f"expected a list column without nulls, got {col.type}", path=path, column=name)
-    flat = col.flatten()
+    flat, off = list_flat(col)               # zero-copy views of the table's buffers (no combine_chunks copy)
     try:
         values = strings(flat) if kind == "str" else numeric(flat, np.float64)
     except TypeError as exc:
         raise FormatError(str(exc), path=path, column=name) from None
-    off = numeric(col.offsets, np.int64)
     return values, np.diff(off)
 
 

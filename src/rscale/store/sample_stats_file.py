@@ -136,21 +136,19 @@ def meta_object(md: dict, path: str, key: str = "rscale.meta") -> dict:
 def _list_column(table, name: str, path: str, kind: str):
     """(flat values, offsets) of a list column, with errors naming column and row."""
     pa, _ = _pa()
-    import pyarrow.compute as pc
+    from rscale.store.columns import list_flat, numeric
 
     col = table.column(name)
     if not pa.types.is_list(col.type) and not pa.types.is_large_list(col.type):
         raise FormatError(f"expected a list column, got {col.type}", path=path, column=name,
                           hint="store one list per query row")
-    col = col.combine_chunks()
     if col.null_count:
         row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
         raise FormatError("null list", path=path, column=name, row=row)
-    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = col.flatten()
+    flat, offsets = list_flat(col)           # zero-copy views of the table's buffers (no combine_chunks copy)
     if flat.null_count:
         pos = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
-        row = int(np.searchsorted(np.cumsum(lengths), pos, side="right"))
+        row = int(np.searchsorted(offsets[1:], pos, side="right"))
         raise FormatError("null value inside the list", path=path, column=name, row=row)
     t = flat.type
     if kind == "float" and not (pa.types.is_floating(t) or pa.types.is_integer(t)):
@@ -160,8 +158,8 @@ def _list_column(table, name: str, path: str, kind: str):
     if kind == "str":
         values = np.asarray(flat.cast(pa.string()).to_pylist(), dtype=str) if len(flat) else np.zeros(0, str)
     else:
-        values = flat.to_numpy(zero_copy_only=False).astype(np.float64 if kind == "float" else np.int64)
-    return values, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        values = numeric(flat, np.float64 if kind == "float" else np.int64)    # one copy
+    return values, offsets
 
 
 def read_sample_stats(path: str | os.PathLike) -> SampleStats:
