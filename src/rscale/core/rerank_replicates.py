@@ -173,29 +173,48 @@ def _outranking_variance(rho, order, jp, alive, m, sizes, survivors, metric, k, 
     return v.var(axis=0, ddof=1)
 
 
+# The law metrics whose reranked point is half-sample corrected by default (rscale query, rscale
+# predict-rerank): decided by the rule and cells written down before measuring, docs/benchmarks.md
+# "Half-sample correction in rscale query ... reranked@K'".
+CORRECTED_METRICS: tuple = ()
+
+
 def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int, ci_kind: str = "benchmark",
-                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0, gallery_noise: bool = True):
+                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0, gallery_noise: bool = True,
+                       corrected=None):
     """Per (metric, k, N, mode) cell: (per-query reranked values, low, high) of the interval of
     kind ``ci_kind`` (:func:`rscale.core.interval.metric_intervals`: replicate i is the
     prediction redone on half-sample i; with ``gallery_noise``, plus the realised gallery's own
     outranking noise, :func:`gallery_sd` of the point prediction). Without replicates the
-    benchmark bounds are NaN."""
-    from rscale.core.interval import metric_intervals
-    from rscale.core.rerank_law import reranked_per_query
+    benchmark bounds are NaN.
 
+    For a metric in ``corrected`` (None: :data:`CORRECTED_METRICS`) the per-query values are
+    half-sample corrected (:func:`rscale.core.rerank_law.half_sample_corrected`, 2 v_S - mean of
+    the replicates: the joint tail's Jensen bias removed to first order) whenever the replicates
+    are computed; the interval is then centred on the corrected values with the replicates'
+    spread unchanged (the pair half-differences do not move with the point) and the population
+    bootstrap resamples the corrected values."""
+    from rscale.core.interval import metric_intervals
+    from rscale.core.rerank_law import half_sample_corrected, reranked_per_query_stacked
+
+    corrected = CORRECTED_METRICS if corrected is None else tuple(corrected)
     point, reps = reranked_sets(inp, x, x_replicates)
-    pqs = np.stack([reranked_per_query(point, metric, n, k, depth=depth, mode=mode) for metric, k, n, mode in cells])
-    rep_values = None
-    if reps and not (ci_kind == "population" and not bootstrap):
-        rep_values = np.stack([np.stack([reranked_per_query(h, metric, n, k, depth=depth, mode=mode) for h in reps])
-                               for metric, k, n, mode in cells])
+    with_reps = bool(reps) and not (ci_kind == "population" and not bootstrap)
+    tables = [point, *reps] if with_reps else [point]
+    values = [reranked_per_query_stacked(tables, metric, n, k, depth=depth, mode=mode) for metric, k, n, mode in cells]
+    pqs = np.stack([v[0] for v in values])                  # (C, Q); the point and the replicates in one pass
+    rep_values = np.stack([v[1:] for v in values]) if with_reps else None
     gsd = None
     if gallery_noise and rep_values is not None:
         gsd = np.array([gallery_sd(point, metric, n, k, depth=depth, seed=seed) for metric, k, n, _mode in cells])
+    if rep_values is not None:
+        for i, (metric, _k, _n, _mode) in enumerate(cells):
+            if metric in corrected:
+                pqs[i] = half_sample_corrected(pqs[i], rep_values[i])
     _, lo, hi = metric_intervals(pqs, rep_values, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  gallery_sd=gsd)
     return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
 
 
-__all__ = ["JointTails", "RerankedInput", "gallery_sd", "reranked_input", "reranked_intervals", "reranked_sets",
+__all__ = ["CORRECTED_METRICS", "JointTails", "RerankedInput", "gallery_sd", "reranked_input", "reranked_intervals", "reranked_sets",
            "supported_depth"]
