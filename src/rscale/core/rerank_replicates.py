@@ -176,7 +176,7 @@ def _outranking_variance(rho, order, jp, alive, m, sizes, survivors, metric, k, 
 # The law metrics whose reranked point is half-sample corrected by default (rscale query, rscale
 # predict-rerank): decided by the rule and cells written down before measuring, docs/benchmarks.md
 # "Half-sample correction in rscale query ... reranked@K'".
-CORRECTED_METRICS: tuple = ()
+CORRECTED_METRICS: tuple = ("R",)
 
 
 def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int, ci_kind: str = "benchmark",
