@@ -136,13 +136,14 @@ def beta_isf(a: float, b: float, p) -> np.ndarray:
         coef = np.zeros((len(fits), max(f.size for f in fits)))
         for i, f in enumerate(fits):
             coef[i, :f.size] = f
-        c = coef[rows[sel]]                                                  # (points, terms)
+        c = coef.T[:, rows[sel]]                                             # (terms, points), rows contiguous
         lo = panel[sel] * _PANEL
         x = np.clip((2.0 * z[sel] - 2.0 * lo - _PANEL) / _PANEL, -1.0, 1.0)
+        x2 = 2.0 * x
         b1 = b2 = np.zeros(sel.size)
-        for i in range(c.shape[1] - 1, 0, -1):
-            b1, b2 = 2.0 * x * b1 - b2 + c[:, i], b1
-        out[sel] = np.exp(x * b1 - b2 + c[:, 0])
+        for i in range(c.shape[0] - 1, 0, -1):
+            b1, b2 = x2 * b1 - b2 + c[i], b1
+        out[sel] = np.exp(x * b1 - b2 + c[0])
         done[sel] = True
     rest = np.flatnonzero(~done)
     if rest.size:

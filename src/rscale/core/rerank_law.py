@@ -574,7 +574,13 @@ def reranked_per_query_stacked(tables, metric: str, n: float, k: int | None = No
         _check_reach(h, n, depth)
     if nodes < 1:
         raise InvalidArgumentError(f"nodes must be >= 1, got {nodes}")
-    out = _expected_stack(_Stack.build(tables), metric, n, k, depth, nodes)
+    cached = tables[0].__dict__.get("_stack_cache")
+    if cached is not None and len(cached[0]) == len(tables) and all(a is b for a, b in zip(cached[0], tables)):
+        stack = cached[1]
+    else:
+        stack = _Stack.build(tables)
+        tables[0].__dict__["_stack_cache"] = (tuple(tables), stack)   # frozen dataclass: cache beside the fields
+    out = _expected_stack(stack, metric, n, k, depth, nodes)
     return out.reshape(len(tables), tables[0].n_queries)
 
 

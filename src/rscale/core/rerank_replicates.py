@@ -173,6 +173,31 @@ def _outranking_variance(rho, order, jp, alive, m, sizes, survivors, metric, k, 
     return v.var(axis=0, ddof=1)
 
 
+_MEMOS: list = []          # [(inp, x, x_replicates, memo)], most recent last
+_MEMO_VERSIONS = 8
+
+
+def _memo(inp, x, x_replicates) -> dict:
+    """The in-process memo of :func:`reranked_intervals` for one (reranked input, hardness,
+    replicates): its tables and each evaluated cell, so a version queried again (another cell set,
+    the same N) re-evaluates nothing. Kept only for inputs that cannot change under it: the same
+    objects, with read-only arrays (as the registry decodes them: ``rscale.store.registry``);
+    anything else gets a fresh dict. The last ``_MEMO_VERSIONS`` inputs are kept."""
+    frozen = all(isinstance(a, np.ndarray) and not a.flags.writeable for a in (x, x_replicates) if a is not None)
+    frozen = frozen and all(not a.flags.writeable for a in (inp.pos_rerank, inp.offsets, *(a for s in inp.sets
+                                                                                          for a in (s.grid, s.joint))))
+    if not frozen:
+        return {}
+    for i, (a, b, c, memo) in enumerate(_MEMOS):
+        if a is inp and b is x and c is x_replicates:
+            _MEMOS.append(_MEMOS.pop(i))
+            return memo
+    memo = {}
+    _MEMOS.append((inp, x, x_replicates, memo))
+    del _MEMOS[:-_MEMO_VERSIONS]
+    return memo
+
+
 # The law metrics whose reranked point is half-sample corrected by default (rscale query, rscale
 # predict-rerank): decided by the rule and cells written down before measuring, docs/benchmarks.md
 # "Half-sample correction in rscale query ... reranked@K'".
@@ -198,15 +223,30 @@ def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int
     from rscale.core.rerank_law import half_sample_corrected, reranked_per_query_stacked
 
     corrected = CORRECTED_METRICS if corrected is None else tuple(corrected)
-    point, reps = reranked_sets(inp, x, x_replicates)
+    memo = _memo(inp, x, x_replicates)
+    if "sets" not in memo:
+        memo["sets"] = reranked_sets(inp, x, x_replicates)
+    point, reps = memo["sets"]
     with_reps = bool(reps) and not (ci_kind == "population" and not bootstrap)
     tables = [point, *reps] if with_reps else [point]
-    values = [reranked_per_query_stacked(tables, metric, n, k, depth=depth, mode=mode) for metric, k, n, mode in cells]
+
+    def evaluated(metric, k, n, mode):
+        key = ("values", metric, k, float(n), mode, depth, len(tables))
+        if key not in memo:
+            memo[key] = reranked_per_query_stacked(tables, metric, n, k, depth=depth, mode=mode)
+        return memo[key]
+
+    values = [evaluated(*cell) for cell in cells]
     pqs = np.stack([v[0] for v in values])                  # (C, Q); the point and the replicates in one pass
     rep_values = np.stack([v[1:] for v in values]) if with_reps else None
     gsd = None
     if gallery_noise and rep_values is not None:
-        gsd = np.array([gallery_sd(point, metric, n, k, depth=depth, seed=seed) for metric, k, n, _mode in cells])
+        def noise(metric, k, n):
+            key = ("gallery", metric, k, float(n), depth, seed)
+            if key not in memo:
+                memo[key] = gallery_sd(point, metric, n, k, depth=depth, seed=seed)
+            return memo[key]
+        gsd = np.array([noise(metric, k, n) for metric, k, n, _mode in cells])
     if rep_values is not None:
         for i, (metric, _k, _n, _mode) in enumerate(cells):
             if metric in corrected:
