@@ -3,8 +3,8 @@
 Builds the registry of ``benchmarks/rerank_query_speed.py`` (200 simulated queries, 594 positives,
 the top 600 of S = 20,000 reranked, N = 40,000; registered once, by this tree), then for each
 round and each tree (alternating, so machine load hits both alike) runs every query in a fresh
-interpreter: cold (imports, blob decoding, the first evaluation) and warm (the same query again in
-that process), wall and CPU seconds, and the values and bounds (to compare the answers: the
+interpreter: cold (imports, blob decoding, the first evaluation), again (the same query again in
+that process) and other N (then the same measures at other gallery sizes), wall and CPU seconds, and the values and bounds (to compare the answers: the
 half-sample correction of R@k, which costs no evaluation, is turned off in this tree for that).
 
 Run:  PYTHONPATH=src python benchmarks/rerank_query_interleaved.py --before /tmp/base/src [--rounds 3]
@@ -39,7 +39,9 @@ a = api.query({text!r}, registry={reg!r})
 t1, c1 = time.perf_counter(), time.process_time()
 b = api.query({text!r}, registry={reg!r})
 t2, c2 = time.perf_counter(), time.process_time()
-print(json.dumps(dict(cold=t1 - t0, cold_cpu=c1 - c0, warm=t2 - t1, warm_cpu=c2 - c1,
+api.query({other!r}, registry={reg!r})
+t3, c3 = time.perf_counter(), time.process_time()
+print(json.dumps(dict(cold=t1 - t0, cold_cpu=c1 - c0, warm=t2 - t1, warm_cpu=c2 - c1, new_n=t3 - t2, new_n_cpu=c3 - c2,
                       rows=[[r["measure"], r["N"], r["value"], r["ci_low"], r["ci_high"]] for r in b["rows"]])))
 """
 
@@ -63,7 +65,8 @@ def build(work: Path) -> Path:
 
 def run(src: str, text: str, reg: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(text=text, reg=str(reg))], capture_output=True,
+    other = text.replace("N=4e4,1e5", "N=5e4,2e5").replace("N=4e4", "N=5e4")
+    out = subprocess.run([sys.executable, "-c", _CHILD.format(text=text, other=other, reg=str(reg))], capture_output=True,
                          text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -86,9 +89,10 @@ def main():
         print(text)
         for tree in ("before", "after"):
             rs = results[(tree, text)]
-            f = {k: [r[k] for r in rs] for k in ("cold", "cold_cpu", "warm", "warm_cpu")}
+            f = {k: [r[k] for r in rs] for k in ("cold", "cold_cpu", "warm", "warm_cpu", "new_n", "new_n_cpu")}
             print(f"  {tree:6s} cold {min(f['cold']):6.3f}-{max(f['cold']):6.3f} s (cpu {np.median(f['cold_cpu']):6.3f})"
-                  f"   warm {min(f['warm']):6.3f}-{max(f['warm']):6.3f} s (cpu {np.median(f['warm_cpu']):6.3f})")
+                  f"   again {min(f['warm']):6.3f}-{max(f['warm']):6.3f} s (cpu {np.median(f['warm_cpu']):6.3f})"
+                  f"   other N {min(f['new_n']):6.3f}-{max(f['new_n']):6.3f} s (cpu {np.median(f['new_n_cpu']):6.3f})")
         b, a = results[("before", text)][0]["rows"], results[("after", text)][0]["rows"]
         diffs = [max(abs(x - y) for x, y in zip(rb[2:], ra[2:])) for rb, ra in zip(b, a)]
         print("  rows (after):", "; ".join(f"{r[0]}@N={r[1]:g} {r[2]:.6f} [{r[3]:.4f}, {r[4]:.4f}]" for r in a))
