@@ -286,7 +286,7 @@ def test_cli_rerank_sample(world, reranked, tmp_path, capsys):
     (tmp_path / "cfg.yaml").write_text("rerank:\n  min_side: 4\n")
     assert main(argv + ["--config", str(tmp_path / "cfg.yaml")]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["images_computed"] == 0 and out["candidates"] == 25
+    assert out["images_computed"] == 0 and out["candidates"] == HALF_R
     a, b = read_sample_stats(tmp_path / "v2.parquet"), read_sample_stats(r / "half.reranked.parquet")
     np.testing.assert_array_equal(a.top_rerank, b.top_rerank)
     np.testing.assert_array_equal(a.pos_rerank, b.pos_rerank)
