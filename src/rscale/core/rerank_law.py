@@ -154,11 +154,17 @@ def _positions(t_survivors) -> np.ndarray:
     return pos
 
 
-def _rho_rows(grid, joint_rows, qrow, w):
-    """rho for rows of the joint tail (query ``qrow`` each) at per-row points w (rows, points)."""
+def _rho_rows(grid, joint_rows, qrow, w, end=None, top=None):
+    """rho for rows of the joint tail (query ``qrow`` each) at per-row points w (rows, points).
+    ``end`` (Q,) and ``top`` (Q,): each query's last grid value and last segment (V_q - 2), for a
+    grid padded with +inf beyond them (:class:`_Stack`); None: the grid's own last column."""
     g = grid[qrow]                                                  # (rows, V)
-    wc = np.clip(w, g[:, 1:2] * 1e-9, g[:, -1:])
-    i = np.clip((g[:, None, :] <= wc[:, :, None]).sum(axis=2) - 1, 0, g.shape[1] - 2)
+    if end is None:
+        wc = np.clip(w, g[:, 1:2] * 1e-9, g[:, -1:])
+        i = np.clip((g[:, None, :] <= wc[:, :, None]).sum(axis=2) - 1, 0, g.shape[1] - 2)
+    else:
+        wc = np.clip(w, g[:, 1:2] * 1e-9, end[qrow][:, None])
+        i = np.minimum(np.maximum((g[:, None, :] <= wc[:, :, None]).sum(axis=2) - 1, 0), top[qrow][:, None])
     lo, hi = np.take_along_axis(g, i, axis=1), np.take_along_axis(g, i + 1, axis=1)
     frac = (wc - lo) / (hi - lo)
     gl, gh = np.take_along_axis(joint_rows, i, axis=1), np.take_along_axis(joint_rows, i + 1, axis=1)
@@ -210,6 +216,50 @@ def _levels(h) -> list:
         out.append(_Level(l, qs, last, xl, xn, rows, jp, best))
     h.__dict__["_levels_cache"] = out                  # frozen dataclass: cache beside the fields
     return out
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """Several tables of the same queries and positives (the point and the half-sample replicates
+    of one reranked input) as one: query t * Q + q is query q of table t, row t * P + p its
+    positive p; grids padded with +inf to the longest (``end``, ``top``: each query's own last grid
+    value and last segment), and each survivor count's :class:`_Level` concatenated, so the
+    expected mode runs its level loop once for all of them."""
+
+    n_queries: int
+    sizes: np.ndarray       # (T Q,) positives per query
+    grid: np.ndarray        # (T Q, V)
+    end: np.ndarray         # (T Q,)
+    top: np.ndarray         # (T Q,)
+    joint: np.ndarray       # (T P, V)
+    levels: list
+
+    @classmethod
+    def build(cls, tables) -> "_Stack":
+        qn, pn = tables[0].n_queries, tables[0].x.size
+        width = max(h.grid.shape[1] for h in tables)
+        grid = np.full((len(tables) * qn, width), np.inf)
+        joint = np.zeros((len(tables) * pn, width))
+        end, top = np.empty(len(tables) * qn), np.empty(len(tables) * qn, np.int64)
+        for t, h in enumerate(tables):
+            v = h.grid.shape[1]
+            grid[t * qn:(t + 1) * qn, :v] = h.grid
+            joint[t * pn:(t + 1) * pn, :v] = h.joint
+            joint[t * pn:(t + 1) * pn, v:] = h.joint[:, -1:]
+            end[t * qn:(t + 1) * qn] = h.grid[:, -1]
+            top[t * qn:(t + 1) * qn] = v - 2
+        per_table = [_levels(h) for h in tables]
+        levels = []
+        for i, lv in enumerate(per_table[0]):
+            parts = [lvs[i] for lvs in per_table]
+            levels.append(_Level(lv.l, np.concatenate([p.qs + t * qn for t, p in enumerate(parts)]),
+                                 np.concatenate([p.last for p in parts]), np.concatenate([p.xl for p in parts]),
+                                 np.concatenate([p.xn for p in parts]),
+                                 np.concatenate([p.rows + t * pn for t, p in enumerate(parts)]),
+                                 np.concatenate([p.jp for p in parts]),
+                                 np.concatenate([p.best + t * pn for t, p in enumerate(parts)])))
+        return cls(len(tables) * qn, np.tile(np.diff(tables[0].offsets), len(tables)), grid, end, top, joint,
+                   levels)
 
 
 def _log_choose(n: int, top: int) -> np.ndarray:
@@ -265,48 +315,89 @@ def _window_sums_one_n(x, j, n: int, m_max, precision: bool, log_choose) -> np.n
 
 
 def _expected_all(h, metric, n, k, depth, nodes):
-    """The expected mode for every query at once, one survivor count l at a time (m = K' - l is
-    shared by all queries at that level, so the Beta laws and Binomial sums are vectorised).
+    """:func:`_expected_stack` of one table."""
+    return _expected_stack(_Stack.build([h]), metric, n, k, depth, nodes)
 
-    The same quantities as :func:`_expected_reference`, evaluated only where they carry weight:
-    a query's continuous slice of w with probability <= ``_NEGLIGIBLE`` (most (query, l) pairs:
-    L is nearly determined) gets no Beta quantiles and no Binomial sums, nor does an atom of
-    probability 0; scipy.special, not scipy.stats (whose import alone costs ~1.5 s)."""
-    from scipy.special import betaincc, betainccinv, xlog1py, xlogy
+
+def _expected_stack(h, metric, n, k, depth, nodes):
+    """The expected mode for every query of a :class:`_Stack` at once, one survivor count l at a
+    time (m = K' - l is shared by all queries at that level, so the Beta laws and Binomial sums
+    are vectorised).
+
+    The same quantities as :func:`_expected_reference`, evaluated only where they carry weight: a
+    query's continuous slice of w, or its atom, with probability <= ``_NEGLIGIBLE`` (most (query, l)
+    pairs: L is nearly determined) gets no Beta quantiles and no Binomial sums, and a pair whose
+    Chernoff bound already puts both below it gets no Beta tail either (:func:`_negligible_levels`);
+    the slice's nodes are quantiles of a cached interpolant (:func:`rscale.core.beta_quantile.
+    beta_isf`); rho is looked up once per slice for all its nodes; scipy.special, not scipy.stats
+    (whose import alone costs ~1.5 s)."""
+    from scipy.special import betaincc, xlog1py, xlogy
+
+    from rscale.core.beta_quantile import beta_isf
     ni = int(round(n))
     total = np.zeros(h.n_queries)
     u = (np.arange(nodes) + 0.5) / nodes
-    for lv in _levels(h)[:depth]:
-        l, qs, last, xl, xn = lv.l, lv.qs, lv.last, lv.xl, lv.xn
-        m = depth - l
+    for lv in h.levels[:depth]:
+        m = depth - lv.l
+        keep = np.flatnonzero(~_negligible_levels(lv.xl, lv.xn, lv.last, m, ni))
+        if keep.size == 0:
+            continue
+        qs, last, xl, xn = lv.qs[keep], lv.last[keep], lv.xl[keep], lv.xn[keep]
         sf_l = betaincc(m + 1, ni - m, xl)
         sf_n = np.where(last, 0.0, betaincc(m + 1, ni - m, xn))
         cont = np.maximum(sf_l - sf_n, 0.0)
         atom = np.where(last, 0.0, np.exp(_log_choose(ni, m)[-1] + xlogy(m, xn) + xlog1py(ni - m, -xn)))
         live = np.flatnonzero(cont > _NEGLIGIBLE)
-        w = np.clip(betainccinv(m + 1, ni - m, sf_l[live, None] - cont[live, None] * u[None, :]),
+        has_atom = np.flatnonzero(atom > _NEGLIGIBLE)
+        if live.size == 0 and has_atom.size == 0:
+            continue
+        w = np.clip(beta_isf(m + 1, ni - m, sf_l[live, None] - cont[live, None] * u[None, :]),
                     xl[live, None], xn[live, None])
         w = np.where(np.isfinite(w), w, xn[live, None])                    # weightless nodes of an empty slice
-        has_atom = np.flatnonzero(atom > 0)
-        # the evaluated nodes, flat: query (index into qs), w, probability weight
-        node_q = np.concatenate([np.repeat(live, nodes), has_atom])
-        node_w = np.concatenate([w.ravel(), xn[has_atom]])
-        node_wt = np.concatenate([np.repeat(cont[live] / nodes, nodes), atom[has_atom]])
-        if node_q.size == 0:
-            continue
         log_choose = _log_choose(m, m)
-        if metric in ("R", "RR"):
-            rho = _rho_rows(h.grid, h.joint[lv.best[node_q]], qs[node_q], node_w[:, None])[:, 0]
-            val = _window_sums_one_n(rho, np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR", log_choose)
-        else:
-            rows = lv.rows[node_q].ravel()                                  # (nodes * l,)
-            rho = _rho_rows(h.grid, h.joint[rows], qs[node_q].repeat(l), node_w.repeat(l)[:, None])[:, 0]
-            j = lv.jp[node_q].ravel()
-            v = _window_sums_one_n(rho, j, m, k - j, metric == "AP", log_choose)
-            norm = np.minimum(k, np.diff(h.offsets)[qs]) if metric == "AP" else np.diff(h.offsets)[qs]
-            val = v.reshape(-1, l).sum(axis=1) / norm[node_q]
-        total += np.bincount(qs[node_q], weights=node_wt * val, minlength=h.n_queries)
+        for sl, pts, wt in ((live, w, np.repeat(cont[live, None] / nodes, nodes, axis=1)),
+                            (has_atom, xn[has_atom, None], atom[has_atom, None])):
+            if sl.size == 0:
+                continue
+            val = _level_values(h, lv, keep[sl], qs[sl], pts, metric, k, m, log_choose)
+            total += np.bincount(np.repeat(qs[sl], pts.shape[1]), weights=(wt * val).ravel(), minlength=h.n_queries)
     return total
+
+
+def _negligible_levels(xl, xn, last, m: int, n: int) -> np.ndarray:
+    """Per (query, level): whether the continuous slice (x_l, x_{l+1}] of v ~ Beta(m + 1, n - m) and
+    the atom P(Bin(n, x_{l+1}) = m) both certainly have probability <= ``_NEGLIGIBLE``, by the
+    Chernoff bound P(Bin(n, x) <= m) <= exp(-n KL(m / n || x)) for x > m / n (slice and atom lie in
+    {Bin(n, x_l) <= m}) and P(Bin(n, x) >= m) <= exp(-n KL(m / n || x)) for x < m / n (then the slice
+    lies in {Bin(n, x_{l+1}) >= m + 1} and the atom in {Bin(n, x_{l+1}) >= m})."""
+    from scipy.special import xlog1py, xlogy
+    f = m / n
+
+    def kl(x):
+        x = np.clip(x, 1e-300, 1.0 - 1e-16)
+        with np.errstate(all="ignore"):
+            return xlogy(f, f) - xlogy(f, x) + xlog1py(1.0 - f, -f) - xlog1py(1.0 - f, -x)
+
+    bound = np.log(_NEGLIGIBLE) - 1.0                                    # a margin for rounding of the bound
+    above = (xl > f) & (-n * kl(xl) < bound)
+    below = ~last & (xn < f) & (-n * kl(xn) < bound)
+    return above | below
+
+
+def _level_values(h, lv, idx, qs, w, metric, k, m, log_choose) -> np.ndarray:
+    """(slices, points): the per-query metric given survivor count ``lv.l`` and the slice point w
+    (slices, points) for entries ``idx`` of the level (their queries ``qs``)."""
+    pts = w.shape[1]
+    if metric in ("R", "RR"):
+        rho = _rho_rows(h.grid, h.joint[lv.best[idx]], qs, w, h.end, h.top)              # (slices, points)
+        return _window_sums_one_n(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR",
+                                  log_choose).reshape(rho.shape)
+    l = lv.l
+    rho = _rho_rows(h.grid, h.joint[lv.rows[idx].ravel()], qs.repeat(l), w.repeat(l, axis=0), h.end, h.top)
+    j = np.repeat(lv.jp[idx].reshape(-1, 1), pts, axis=1)                                # (slices * l, points)
+    v = _window_sums_one_n(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_choose)
+    norm = np.minimum(k, h.sizes[qs]) if metric == "AP" else h.sizes[qs]
+    return v.reshape(-1, l, pts).sum(axis=1) / norm[:, None]
 
 
 def _expected_reference(h, metric, n, k, depth, nodes):
@@ -445,13 +536,7 @@ def _plugin_all(h, metric, n, k, depth):
     return np.where(survivors > 0, out, 0.0)
 
 
-def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None = None, *, depth: int,
-                       mode: str = "expected", nodes: int = 16) -> np.ndarray:
-    """Per-query reranked metric (``AP``, ``R``, ``Recall`` or ``RR`` at cut-off k <= ``depth``)
-    at gallery size N after reranking the first-stage top ``depth`` (K'); see the module docstring."""
-    k, depth, n = _check(metric, k, depth, n, mode)
-    if nodes < 1:
-        raise InvalidArgumentError(f"nodes must be >= 1, got {nodes}")
+def _check_reach(h, n, depth) -> None:
     reach = h.grid[:, -1]
     short = np.flatnonzero(reach * n < depth * (1 - 1e-12) - 1e-9)
     if short.size:
@@ -459,9 +544,44 @@ def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None
         raise InvalidArgumentError(
             f"the rerank scores of query {q} reach the top {reach[q]:.3g} of the first-stage law, less than "
             f"K'/N = {depth / n:.3g}: rerank more of the sample's top candidates, or ask for N >= {depth / reach[q]:.3g}")
+
+
+def reranked_per_query(h: RerankedHardness, metric: str, n: float, k: int | None = None, *, depth: int,
+                       mode: str = "expected", nodes: int = 16) -> np.ndarray:
+    """Per-query reranked metric (``AP``, ``R``, ``Recall`` or ``RR`` at cut-off k <= ``depth``)
+    at gallery size N after reranking the first-stage top ``depth`` (K'); see the module docstring."""
+    k, depth, n = _check(metric, k, depth, n, mode)
+    if nodes < 1:
+        raise InvalidArgumentError(f"nodes must be >= 1, got {nodes}")
+    _check_reach(h, n, depth)
     if mode == "plugin":
         return _plugin_all(h, metric, n, k, depth)
     return _expected_all(h, metric, n, k, depth, nodes)
+
+
+def reranked_per_query_stacked(tables, metric: str, n: float, k: int | None = None, *, depth: int,
+                               mode: str = "expected", nodes: int = 16) -> np.ndarray:
+    """(T, Q): :func:`reranked_per_query` of each of ``tables`` (the same queries and positives:
+    a point and its half-sample replicates), the expected mode evaluated for all of them in one
+    level loop (:class:`_Stack`; equal to the one-table evaluation up to float rounding)."""
+    tables = list(tables)
+    if mode != "expected" or len(tables) < 2:
+        return np.stack([reranked_per_query(h, metric, n, k, depth=depth, mode=mode, nodes=nodes) for h in tables])
+    k, depth, n = _check(metric, k, depth, n, mode)
+    for h in tables:
+        if h.n_queries != tables[0].n_queries or not np.array_equal(h.offsets, tables[0].offsets):
+            raise InvalidArgumentError("stacked reranked tables must have the same queries and positives")
+        _check_reach(h, n, depth)
+    if nodes < 1:
+        raise InvalidArgumentError(f"nodes must be >= 1, got {nodes}")
+    cached = tables[0].__dict__.get("_stack_cache")
+    if cached is not None and len(cached[0]) == len(tables) and all(a is b for a, b in zip(cached[0], tables)):
+        stack = cached[1]
+    else:
+        stack = _Stack.build(tables)
+        tables[0].__dict__["_stack_cache"] = (tuple(tables), stack)   # frozen dataclass: cache beside the fields
+    out = _expected_stack(stack, metric, n, k, depth, nodes)
+    return out.reshape(len(tables), tables[0].n_queries)
 
 
 def reranked_metric(h: RerankedHardness, metric: str, n: float, k: int | None = None, *, depth: int,

@@ -173,29 +173,105 @@ def _outranking_variance(rho, order, jp, alive, m, sizes, survivors, metric, k, 
     return v.var(axis=0, ddof=1)
 
 
+_MEMOS: list = []          # [(inp, x, x_replicates, memo)], most recent last
+_MEMO_VERSIONS = 8
+
+
+def _memo(inp, x, x_replicates) -> dict:
+    """The in-process memo of :func:`reranked_intervals` for one (reranked input, hardness,
+    replicates): its tables and each evaluated cell, so a version queried again (another cell set,
+    the same N) re-evaluates nothing. Kept only for inputs that cannot change under it: the same
+    objects, with read-only arrays (as the registry decodes them: ``rscale.store.registry``);
+    anything else gets a fresh dict. The last ``_MEMO_VERSIONS`` inputs are kept."""
+    frozen = all(isinstance(a, np.ndarray) and not a.flags.writeable for a in (x, x_replicates) if a is not None)
+    frozen = frozen and all(not a.flags.writeable for a in (inp.pos_rerank, inp.offsets, *(a for s in inp.sets
+                                                                                          for a in (s.grid, s.joint))))
+    if not frozen:
+        return {}
+    for i, (a, b, c, memo) in enumerate(_MEMOS):
+        if a is inp and b is x and c is x_replicates:
+            _MEMOS.append(_MEMOS.pop(i))
+            return memo
+    memo = {}
+    _MEMOS.append((inp, x, x_replicates, memo))
+    del _MEMOS[:-_MEMO_VERSIONS]
+    return memo
+
+
+# The law metrics whose reranked point is half-sample corrected by default (rscale query, rscale
+# predict-rerank): decided by the rule and cells written down before measuring, docs/benchmarks.md
+# "Half-sample correction in rscale query ... reranked@K'".
+CORRECTED_METRICS: tuple = ("R",)
+
+
+# The half-sample correction assumes one estimator whose bias scales as 1/S; the smoothed joint
+# tail counts (no GPD) in a slice of at most 10 sample points (joint_from_top_smoothed's
+# min_exceedances), so a half whose slice at (K', N) holds fewer than twice that would be corrected
+# by a different estimator's bias: then the point stays uncorrected (docs/benchmarks.md,
+# "Half-sample correction ...": the crop reranker's 50% samples, ~10 points per half's slice).
+CORRECTION_MIN_POINTS = 20
+
+
+def half_slice_points(inp: RerankedInput, n: float, depth: int) -> float:
+    """The fewest sample points any half-sample holds in the gallery's top K' slice at size ``n``:
+    K' S_half / N, S_half = 1 / (the first step of its grid), over halves and queries (inf: no halves)."""
+    if not inp.halves:
+        return float("inf")
+    return float(min((depth / float(n)) / h.grid[:, 1].max() for h in inp.halves))
+
+
 def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int, ci_kind: str = "benchmark",
-                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0, gallery_noise: bool = True):
+                       level: float = 0.95, bootstrap: int = 1000, seed: int = 0, gallery_noise: bool = True,
+                       corrected=None):
     """Per (metric, k, N, mode) cell: (per-query reranked values, low, high) of the interval of
     kind ``ci_kind`` (:func:`rscale.core.interval.metric_intervals`: replicate i is the
     prediction redone on half-sample i; with ``gallery_noise``, plus the realised gallery's own
     outranking noise, :func:`gallery_sd` of the point prediction). Without replicates the
-    benchmark bounds are NaN."""
-    from rscale.core.interval import metric_intervals
-    from rscale.core.rerank_law import reranked_per_query
+    benchmark bounds are NaN.
 
-    point, reps = reranked_sets(inp, x, x_replicates)
-    pqs = np.stack([reranked_per_query(point, metric, n, k, depth=depth, mode=mode) for metric, k, n, mode in cells])
-    rep_values = None
-    if reps and not (ci_kind == "population" and not bootstrap):
-        rep_values = np.stack([np.stack([reranked_per_query(h, metric, n, k, depth=depth, mode=mode) for h in reps])
-                               for metric, k, n, mode in cells])
+    For a metric in ``corrected`` (None: :data:`CORRECTED_METRICS`), at a cell where every half's
+    slice holds at least :data:`CORRECTION_MIN_POINTS` sample points, the per-query values are
+    half-sample corrected (:func:`rscale.core.rerank_law.half_sample_corrected`, 2 v_S - mean of
+    the replicates: the joint tail's Jensen bias removed to first order) whenever the replicates
+    are computed; the interval is then centred on the corrected values with the replicates'
+    spread unchanged (the pair half-differences do not move with the point) and the population
+    bootstrap resamples the corrected values."""
+    from rscale.core.interval import metric_intervals
+    from rscale.core.rerank_law import half_sample_corrected, reranked_per_query_stacked
+
+    corrected = CORRECTED_METRICS if corrected is None else tuple(corrected)
+    memo = _memo(inp, x, x_replicates)
+    if "sets" not in memo:
+        memo["sets"] = reranked_sets(inp, x, x_replicates)
+    point, reps = memo["sets"]
+    with_reps = bool(reps) and not (ci_kind == "population" and not bootstrap)
+    tables = [point, *reps] if with_reps else [point]
+
+    def evaluated(metric, k, n, mode):
+        key = ("values", metric, k, float(n), mode, depth, len(tables))
+        if key not in memo:
+            memo[key] = reranked_per_query_stacked(tables, metric, n, k, depth=depth, mode=mode)
+        return memo[key]
+
+    values = [evaluated(*cell) for cell in cells]
+    pqs = np.stack([v[0] for v in values])                  # (C, Q); the point and the replicates in one pass
+    rep_values = np.stack([v[1:] for v in values]) if with_reps else None
     gsd = None
     if gallery_noise and rep_values is not None:
-        gsd = np.array([gallery_sd(point, metric, n, k, depth=depth, seed=seed) for metric, k, n, _mode in cells])
+        def noise(metric, k, n):
+            key = ("gallery", metric, k, float(n), depth, seed)
+            if key not in memo:
+                memo[key] = gallery_sd(point, metric, n, k, depth=depth, seed=seed)
+            return memo[key]
+        gsd = np.array([noise(metric, k, n) for metric, k, n, _mode in cells])
+    if rep_values is not None:
+        for i, (metric, _k, n, _mode) in enumerate(cells):
+            if metric in corrected and half_slice_points(inp, n, depth) >= CORRECTION_MIN_POINTS:
+                pqs[i] = half_sample_corrected(pqs[i], rep_values[i])
     _, lo, hi = metric_intervals(pqs, rep_values, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  gallery_sd=gsd)
     return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
 
 
-__all__ = ["JointTails", "RerankedInput", "gallery_sd", "reranked_input", "reranked_intervals", "reranked_sets",
-           "supported_depth"]
+__all__ = ["CORRECTED_METRICS", "CORRECTION_MIN_POINTS", "JointTails", "RerankedInput", "gallery_sd",
+           "half_slice_points", "reranked_input", "reranked_intervals", "reranked_sets", "supported_depth"]

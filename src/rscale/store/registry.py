@@ -85,9 +85,8 @@ def _decoded_reranked(path: str, digest: str):
     from rscale.store.reranked_input_file import read_reranked_input
 
     inp, info = read_reranked_input(path)
-    for s in inp.sets:
-        s.grid.flags.writeable = False
-        s.joint.flags.writeable = False
+    for a in [inp.pos_rerank, inp.offsets, *(a for s in inp.sets for a in (s.grid, s.joint))]:
+        a.flags.writeable = False            # read-only: queries memoise on it (rscale.core.rerank_replicates)
     return inp, info
 
 
