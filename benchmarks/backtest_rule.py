@@ -18,7 +18,11 @@ shares' error less the move of the full sample's prediction when its top list is
 shares' length, was measured with this script at commit e7b1ad7 and dropped.)
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/backtest_rule.py [--draws 1] [--fractions 0.01,0.02,0.05,0.1]
+     [--set design|holdout|fresh..fresh5] [--method evt|evt-eb] [--grid 4,8,16]
      [--json rows.json]        (or --rows rows.json to re-print the table from saved rows)
+Rows also carry every share's error (``share_errors``), which benchmarks/backtest_carry_variants.py
+compares carry rules on (docs/benchmarks.md, "Carrying the back-test to the user's factor"). Only
+design data: the held-out sets (cov1, the real sets) are refused.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def real_rows(h_dir, data):
     import json
     man = json.loads((Path(data) / "manifest.json").read_text())
     rows = []
-    for h in sorted(Path(h_dir).glob("draw-*.parquet")):
+    for h in sorted(p for p in Path(h_dir).glob("draw-*.parquet") if len(p.name.split(".")) == 3):
         draw, method = h.name.split(".")[0], h.name.split(".")[1]
         value, lo, hi, lo_o, hi_o, e_new, band, e_old = both_rules(h, float(man["pool"]), MODE.get(method))
         rows.append({"draw": draw, "fraction": draw.split("-")[1], "method": method, "truth": man["truth_map_at_1000"],
