@@ -281,5 +281,6 @@ def backtest_fields(b: BacktestError | None) -> dict:
             "backtest_low": b.low, "backtest_high": b.high}
 
 
-__all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "carry", "difference_error", "backtest_hardness", "disjoint_shares",
+__all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "carry", "difference_error",
+           "backtest_hardness", "disjoint_shares",
            "factor_errors", "max_factor", "sample_metric"]

@@ -33,7 +33,8 @@ is the query bootstrap alone, and callers say so.
 
 A paired difference of two versions A - B (:func:`difference_intervals`) is the same interval of
 the per-query differences: replicate r of A minus replicate r of B, point minus point, the band
-carried from share i's error of A minus that of B (:func:`rscale.core.backtest.difference_error`). Pairing is valid only when replicate r of both was made from the
+carried from share i's error of A minus that of B (:func:`rscale.core.backtest.difference_error`).
+Pairing is valid only when replicate r of both was made from the
 same half of the same distractors (:func:`rscale.core.replicates.split_key`); then what the two
 estimates share (the tail fit of the same top scores, the same sampled distractors) cancels in
 each pair's difference, and the population term's query bootstrap resamples the per-query
@@ -122,7 +123,8 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     band = np.zeros(value.shape + (2,)) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
     if band.ndim == 1:
         band = np.stack([band, band], axis=-1)
-    low_end, high_end = value - np.maximum(band[:, 1], 0.0), value - np.minimum(band[:, 0], 0.0)    # min(v, v - e_hi), max(v, v - e_lo)
+    low_end = value - np.maximum(band[:, 1], 0.0)                  # min(v, v - e_hi)
+    high_end = value - np.minimum(band[:, 0], 0.0)                 # max(v, v - e_lo)
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
