@@ -18,7 +18,11 @@ shares' error less the move of the full sample's prediction when its top list is
 shares' length, was measured with this script at commit e7b1ad7 and dropped.)
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/backtest_rule.py [--draws 1] [--fractions 0.01,0.02,0.05,0.1]
+     [--set design|holdout|fresh..fresh5] [--method evt|evt-eb] [--grid 4,8,16]
      [--json rows.json]        (or --rows rows.json to re-print the table from saved rows)
+Rows also carry every share's error (``share_errors``), which benchmarks/backtest_carry_variants.py
+compares carry rules on (docs/benchmarks.md, "Carrying the back-test to the user's factor"). Only
+design data: the held-out sets (cov1, the real sets) are refused.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 GRID = (4, 8, 16, 32, 64)
 
 
-def cell(spec, n, s, seed):
+def cell(spec, n, s, seed, method="evt", grid=GRID, mode="plugin"):
     from rscale import sim
     from rscale.core.backtest import Backtest, backtest_hardness, factor_errors
     from rscale.core.estimators.methods import estimate
@@ -48,20 +52,21 @@ def cell(spec, n, s, seed):
     ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
     truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=seed).mean())
     t = time.perf_counter()
-    est = estimate(ss, "evt")
-    est = replace(est, replicates=hardness_replicates(ss, method="evt", params=est.params))
-    cols, factors = backtest_hardness(ss, method="evt", params=est.params, factors=GRID)
+    est = estimate(ss, method)
+    est = replace(est, replicates=hardness_replicates(ss, method=method, params=est.params))
+    cols, factors = backtest_hardness(ss, method=method, params=est.params, factors=grid)
     secs = time.perf_counter() - t
     bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
-    pq = predict_per_query(est, "AP", n, 1000, "plugin")
-    reps = replicate_per_query(est, "AP", n, 1000, "plugin")
+    pq = predict_per_query(est, "AP", n, 1000, mode)
+    reps = replicate_per_query(est, "AP", n, 1000, mode)
     v, lo, hi = metric_intervals(pq[None], reps[None], ci_kind="benchmark")
     s_ref = float(est.n_sampled.max())
-    per_factor = {m: float(factor_errors(est, bt, "AP", 1000, "plugin", m).mean()) for m in bt.factors(est)}
-    actual = {m: float(predict_per_query(est, "AP", m * s_ref, 1000, "plugin").mean())
+    shares = {m: factor_errors(est, bt, "AP", 1000, mode, m).tolist() for m in bt.factors(est)}
+    per_factor = {m: float(np.mean(e)) for m, e in shares.items()}
+    actual = {m: float(predict_per_query(est, "AP", m * s_ref, 1000, mode).mean())
               - float(sim.truth(bench, ss, m * s_ref, "AP", 1000, seed=seed).mean()) for m in bt.factors(est)}
-    return {"truth": truth, "v": float(v[0]), "half": float(hi[0] - v[0]),
-            "raw_factor": per_factor, "actual_factor": actual, "seconds": secs}
+    return {"truth": truth, "v": float(v[0]), "half": float(hi[0] - v[0]), "method": method,
+            "raw_factor": per_factor, "share_errors": shares, "actual_factor": actual, "seconds": secs}
 
 
 def e_of(per_factor: dict, f: float, cap: int) -> float:
@@ -104,6 +109,10 @@ def main(argv=None):
     ap.add_argument("--draws", type=int, default=1)
     ap.add_argument("--fractions", default="0.01,0.02,0.05,0.1")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--set", dest="which", default="design", help="scenario set of benchmarks/accuracy.py "
+                    "(design data only: design, holdout, fresh..fresh5)")
+    ap.add_argument("--method", default="evt")
+    ap.add_argument("--grid", default=",".join(map(str, GRID)), help="back-test factors beyond the halves")
     ap.add_argument("--rows", default=None, help="re-print the table from rows saved with --json (or JSON lines)")
     a = ap.parse_args(argv)
     if a.rows:
@@ -111,14 +120,18 @@ def main(argv=None):
         rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]
         print(table(rows))
         return
-    scenarios, offset = accuracy.SETS["design"]          # the design set only: the choice is made here
+    if a.which not in ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"):
+        raise SystemExit(f"--set {a.which}: not design data (held-out sets are measured once, by benchmarks/interval_carry.py)")
+    scenarios, offset = accuracy.SETS[a.which]
+    grid = tuple(int(x) for x in a.grid.split(","))
+    mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
     for name, family, hl, nq in scenarios:
         spec = SimSpec(name=name, family=family, n_queries=nq, hardness=hl)
         for f in (float(x) for x in a.fractions.split(",")):
             for dr in range(a.draws):
-                r = cell(spec, 1e8, int(f * 1e8), seed=1000 * dr + 7 + offset)
-                r.update(scenario=name, fraction=f)
+                r = cell(spec, 1e8, int(f * 1e8), seed=1000 * dr + 7 + offset, method=a.method, grid=grid, mode=mode)
+                r.update(scenario=name, fraction=f, set=a.which)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
     if a.json:

@@ -140,7 +140,8 @@ def test_backtest_widens_the_interval_of_a_biased_estimator_until_it_covers(bias
     assert none is None and not lo0 <= truth <= hi0           # the replicates alone miss: bias, not spread
     assert pq.mean() - truth < -0.01 and b.at_n < -0.01        # the back-test sees the bias, its sign included
     assert b.factor == 4 and b.shares == 2                     # f = 10 beyond the largest factor: from 4
-    assert lo == lo0 and hi > hi0 and lo <= truth <= hi         # widened toward the truth only, and covers
+    assert b.low < 0 and hi - hi0 == pytest.approx(-b.low)        # reaches up by the band's far end
+    assert lo == pytest.approx(max(0.0, lo0 - max(b.high, 0.0))) and lo <= truth <= hi   # and covers
 
 
 def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
@@ -163,14 +164,15 @@ def test_query_predict_and_curve_give_the_same_back_tested_interval(tmp_path):
     est, _ = read_hardness(tmp_path / "h.parquet")
     (_, lo0, hi0, _), = predicted_intervals(est, [("AP", 1000, 1e7)])
     assert q["ci_high"] - q["ci_low"] > hi0 - lo0
-    e = q["backtest_at_n"]
-    assert q["ci_low"] == pytest.approx(min(lo0, lo0 - e)) and q["ci_high"] == pytest.approx(max(hi0, hi0 - e))
+    e_lo, e_hi = q["backtest_low"], q["backtest_high"]
+    assert e_lo <= q["backtest_at_n"] <= e_hi and (e_lo, e_hi) == (p["backtest_low"], p["backtest_high"])
+    assert q["ci_low"] == pytest.approx(min(lo0, lo0 - e_hi)) and q["ci_high"] == pytest.approx(max(hi0, hi0 - e_lo))
     # and N <= S has no back-test term
     assert api.predict(tmp_path / "h.parquet", sizes=[5e4])[0]["backtest_factor"] is None
 
 
-def test_backtest_error_is_piecewise_linear_in_log_m_and_proportional_beyond_the_grid():
-    from rscale.core.backtest import Backtest, backtest_error, factor_errors
+def test_backtest_error_is_the_share_regression_on_log_m_with_its_prediction_band():
+    from rscale.core.backtest import Backtest, backtest_error, carry, factor_errors
     from rscale.core.estimators.base import HardnessEstimate
     rng = np.random.default_rng(8)
     offsets = np.arange(0, 121, 3)                                    # 40 queries, 3 positives each
@@ -179,15 +181,64 @@ def test_backtest_error_is_piecewise_linear_in_log_m_and_proportional_beyond_the
                            n_sampled=np.full(40, 10_000), replicates=np.clip(x[:, None] * rng.uniform(0.5, 1.5, (120, 4)), 0, 1))
     bt = Backtest(counts=rng.integers(0, 12, 120), columns=np.clip(x[:, None] * rng.uniform(0.3, 1.2, (120, 4)), 0, 1),
                   column_factors=np.array([4, 4, 4, 4]))
-    e2, e4 = (float(factor_errors(est, bt, "AP", 100, None, m).mean()) for m in (2, 4))
+    e2, e4 = (factor_errors(est, bt, "AP", 100, None, m) for m in (2, 4))
     at = {f: backtest_error(est, bt, "AP", 100, None, factor=f) for f in (1.0, 1.5, 3.0, 20.0)}
     assert at[1.0] is None                                            # N <= S: no term
-    assert at[1.5].at_n == pytest.approx(e2 * np.log(1.5) / np.log(2)) and at[1.5].factor == 2
-    assert at[3.0].at_n == pytest.approx(e2 + (e4 - e2) * np.log(1.5) / np.log(2)) and at[3.0].error == pytest.approx(e2)
-    assert at[20.0].at_n == pytest.approx(e4 * np.log(20) / np.log(4)) and (at[20.0].factor, at[20.0].shares) == (4, 4)
-    # the interval is the union of the replicate interval around v and around v - e
+    # by hand: least squares through the origin in u = log m, t_{n-1} prediction band of one new error
+    u = np.log(np.r_[np.full(4, 2.0), np.full(4, 4.0)])
+    e = np.r_[e2, e4]
+    b = (u @ e) / (u @ u)
+    s = np.sqrt(np.sum((e - b * u) ** 2) / 7)
+    for f in (1.5, 3.0, 20.0):
+        half = student_t.ppf(0.975, 7) * s * np.sqrt(1 + np.log(f) ** 2 / (u @ u))
+        assert (at[f].at_n, at[f].low, at[f].high) == pytest.approx((b * np.log(f), b * np.log(f) - half, b * np.log(f) + half))
+    assert (at[1.5].factor, at[3.0].factor, at[20.0].factor) == (2, 2, 4) and at[20.0].shares == 4
+    assert at[3.0].error == pytest.approx(e2.mean()) and at[20.0].error == pytest.approx(e4.mean())
+    assert carry([2.0], [0.01], 8.0) == pytest.approx((0.03, 0.03, 0.03))     # one share: the point, no band
+    # the interval is the union of the replicate intervals around v - e for e in the band and around v
     point = rng.uniform(0.3, 0.6, (2, 40))
     reps = point[:, None, :] + rng.normal(0, 0.01, (2, 4, 40))
     v, lo0, hi0 = metric_intervals(point, reps)
     _, lo, hi = metric_intervals(point, reps, backtest=np.array([0.02, -0.03]))
     assert lo == pytest.approx([lo0[0] - 0.02, lo0[1]]) and hi == pytest.approx([hi0[0], hi0[1] + 0.03])
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[-0.01, 0.02], [0.005, 0.01]]))
+    assert lo == pytest.approx([lo0[0] - 0.02, lo0[1] - 0.01]) and hi == pytest.approx([hi0[0] + 0.01, hi0[1]])
+
+
+def _simulated_ladder(rng, slope, sd, n2=16, n4=4):
+    """Share errors of a back-test whose error truly grows as slope * log m: 16 halves, 4 quarters."""
+    f = np.r_[np.full(n2, 2.0), np.full(n4, 4.0)]
+    return f, slope * np.log(f) + rng.normal(0, sd, f.size)
+
+
+def test_carry_band_covers_a_simulated_error_at_the_users_factor_as_often_as_its_level():
+    from rscale.core.backtest import carry
+    rng = np.random.default_rng(11)
+    for factor in (20.0, 100.0):
+        hits, points = [], []
+        for _ in range(2000):
+            f, e = _simulated_ladder(rng, slope=0.004, sd=0.003)
+            new = 0.004 * np.log(factor) + rng.normal(0, 0.003)          # the error the user's own estimate makes
+            point, low, high = carry(f, e, factor)
+            hits.append(low <= new <= high)
+            points.append(point)
+        assert abs(np.mean(hits) - 0.95) < 0.015                        # brute force: the band's level holds
+        assert np.mean(points) == pytest.approx(0.004 * np.log(factor), rel=0.03)
+
+
+def test_carried_term_grows_with_the_factor_where_shares_agree_and_shrinks_where_they_do_not():
+    from rscale.core.backtest import carry
+    rng = np.random.default_rng(12)
+    # agree: a clean slope; the carried error and its far end grow with log f
+    f, e = _simulated_ladder(rng, slope=0.005, sd=0.0005)
+    c20, c100 = carry(f, e, 20.0), carry(f, e, 100.0)
+    assert c100[0] > c20[0] > 0 and c100[2] > c20[2] and c100[0] == pytest.approx(0.005 * np.log(100), rel=0.1)
+    # disagree: halves at 0, quarters scattered around +0.02 (a handicap of the small shares, no common slope).
+    # The old rule carried the quarters' mean as e_4 log f / log 4; the regression, anchored at 0 by the 16
+    # halves, carries a smaller point, and even its band's far end stays below the old carry; the band
+    # is wide (the shares' disagreement), not the zero-width point the old rule gave
+    f = np.r_[np.full(16, 2.0), np.full(4, 4.0)]
+    e = np.r_[rng.normal(0, 0.001, 16), 0.02 + np.array([-0.012, -0.004, 0.004, 0.012])]
+    point, low, high = carry(f, e, 100.0)
+    old = e[16:].mean() * np.log(100) / np.log(4)
+    assert 0 < point < 0.6 * old and low < point < high < old and high - low > 0.6 * old

@@ -135,6 +135,9 @@ def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
     # the back-test term of the difference is the difference of the two back-test terms
     assert row["backtest_at_n"] == pytest.approx(own["a"]["backtest_at_n"] - own["b"]["backtest_at_n"])
     assert row["backtest_error"] == pytest.approx(own["a"]["backtest_error"] - own["b"]["backtest_error"])
+    # (the point is linear in the share errors; the band is the regression's on their differences)
+    assert row["backtest_low"] <= row["backtest_at_n"] <= row["backtest_high"]
+    assert own["a"]["backtest_low"] < own["a"]["backtest_at_n"] < own["a"]["backtest_high"]
     # narrower than the two own intervals combined (shared error cancels); '-' is the same query
     assert row["ci_high"] - row["ci_low"] < np.hypot(own["a"]["ci_high"] - own["a"]["ci_low"],
                                                     own["b"]["ci_high"] - own["b"]["ci_low"])
@@ -146,6 +149,11 @@ def test_query_a_vs_b_answers_the_paired_difference(registry, capsys):
     assert main(["query", "mAP@1000, R@1 at N=1e6,1e7 for a@v1 vs b", "-r", registry]) == 0
     out = capsys.readouterr().out
     assert "versus" in out and "back-test, a@v1 - b@v1" in out
+    assert main(["query", "mAP@1000 at N=1e7 for b", "-r", registry]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("back-test, b@v1")][0]
+    b = own["b"]
+    assert f"carried to {b['extrapolation']:.3g}x that is {b['backtest_at_n']:+.4f} " \
+           f"({b['backtest_low']:+.4f}..{b['backtest_high']:+.4f})" in line
 
 
 @pytest.mark.parametrize("text,needles", [

@@ -46,6 +46,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--methods", default=",".join(HARDNESS + CURVES),
                     help="comma-separated subset of the estimators to run (default: all)")
+    ap.add_argument("--keep", default=None, help="write the hardness files here (kept; default: a temporary folder)")
     ap.add_argument("--fractions", default=None, help="comma-separated draw fractions to run (e.g. 01pct,05pct; default: all)")
     a = ap.parse_args(argv)
     chosen = a.methods.split(",")
@@ -58,7 +59,8 @@ def main(argv=None):
     man = json.loads((data / "manifest.json").read_text())
     n, truth = man["pool"], man["truth_map_at_1000"]
     rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="realset-check-"))
+    tmp = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="realset-check-"))
+    tmp.mkdir(parents=True, exist_ok=True)
     for draw in sorted(k for k in man["sizes"] if k.startswith("draw-")):
         if a.fractions and draw.split("-")[1] not in a.fractions.split(","):
             continue

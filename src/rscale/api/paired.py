@@ -15,7 +15,9 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                   ci_kind: str = "benchmark") -> dict:
     """The answer to a parsed ``for A vs B`` query ``q``: one row per (measure, N) with the
     difference ``value`` = A - B, ``value_a``, ``value_b``, the interval of kind ``ci_kind`` and the
-    back-test term of the difference (``backtest_at_n`` = e_A(f) - e_B(f)), plus warnings."""
+    back-test term of the difference (``backtest_at_n`` and its band ``backtest_low`` /
+    ``backtest_high``, carried from the differences of the two sides' share errors:
+    :func:`rscale.core.backtest.difference_error`), plus warnings."""
     from rscale.errors import InvalidArgumentError
 
     if q.rerank_depth is not None:
@@ -47,6 +49,7 @@ def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", 
     pair (the same queries in the same order; replicates with one split key, unless the interval
     needs none, population with ``bootstrap`` 0, or A is B). ``names``: how the user named A and B (for the
     messages); per-query values: (A's (Q,), B's (Q,)) per cell, in A's query order."""
+    from rscale.core.backtest import backtest_fields, difference_error
     from rscale.core.interval import difference_intervals
     from rscale.core.prediction import resolve_mode
     from rscale.errors import InvalidArgumentError
@@ -93,6 +96,7 @@ def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", 
                         "such as a threshold quantile below the minimum excess count), so the interval carries no "
                         "estimation variance of the difference")
     s_max = float(max(est_a.n_sampled.max(), est_b.n_sampled.max()))
+    s_ref = float(np.max(est_a.n_sampled))         # the factor difference_intervals carried the band to
     for (m, n), (pq_a, pq_b, lo, hi, bt_a, bt_b) in zip(cells, answers):
         value = float((pq_a - pq_b).mean())
         rows.append({"backbone": va.backbone, "version": f"v{va.version}", "versus": vb.backbone,
@@ -100,7 +104,7 @@ def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", 
                      "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo,
                      "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
                      "estimator": va.estimator, "mode": resolve_mode(m.law_metric, mode), "extrapolation": n / s_max,
-                     **_difference_backtest(bt_a, bt_b)})
+                     **backtest_fields(difference_error(bt_a, bt_b, n / s_ref, level=level))})
         if np.isfinite(lo) and lo <= 0.0 <= hi:
             warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "
                             f"{lo:+.4f}..{hi:+.4f} contains 0: not resolved")
@@ -119,14 +123,3 @@ def _side_warnings(q, versions, registry) -> list[str]:
         out += query(text, registry, bootstrap=0, ci_kind="population")["warnings"]    # values only: no interval
     return out
 
-
-def _difference_backtest(a, b) -> dict:
-    """The back-test fields of A - B (:func:`rscale.core.backtest.backtest_fields`):
-    ``backtest_at_n`` e_A(f) - e_B(f), none unless both sides have a term; ``backtest_factor`` m
-    and ``backtest_error`` e_A,m - e_B,m when both were measured at the same factor."""
-    from rscale.core.backtest import backtest_fields
-    if a is None or b is None:
-        return backtest_fields(None)
-    same = a.factor == b.factor
-    return {"backtest_factor": a.factor if same else None, "backtest_error": a.error - b.error if same else None,
-            "backtest_at_n": a.at_n - b.at_n}

@@ -50,12 +50,13 @@ def query(text: str = typer.Argument(..., help='e.g. "mAP@1000 at N=1e8 for dino
                         f"{r['backtest_error']:+.4f} in the difference; " if r.get("backtest_factor") else "")
                 typer.echo(f"back-test, {r['backbone']}@{r['version']} - {r['versus']}@{r['versus_version']} "
                            f"{r['measure']} at N={r['N']:.3g}: {said}at {r['extrapolation']:.3g}x the difference's "
-                           f"term is {r['backtest_at_n']:+.4f}")
+                           f"term is {r['backtest_at_n']:+.4f} ({r['backtest_low']:+.4f}..{r['backtest_high']:+.4f})")
             elif r.get("backtest_factor"):
                 typer.echo(f"back-test, {r['backbone']}@{r['version']} {r['measure']} at N={r['N']:.3g}: predicting the "
-                           f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; at "
-                           f"{r['extrapolation']:.3g}x that is {r['backtest_at_n']:+.4f}, and the interval reaches "
-                           f"{abs(r['backtest_at_n']):.4f} {'below' if r['backtest_at_n'] > 0 else 'above'} the value for it")
+                           f"sample from 1/{r['backtest_factor']} of it was off by {r['backtest_error']:+.4f}; carried to "
+                           f"{r['extrapolation']:.3g}x that is {r['backtest_at_n']:+.4f} "
+                           f"({r['backtest_low']:+.4f}..{r['backtest_high']:+.4f}), and the interval reaches that far "
+                           "from the value")
     for w in ans["warnings"]:
         output.warn(w)
 

@@ -24,16 +24,23 @@ sample's top list to the shares' length to cancel the handicap over-corrected th
 family (measured, dropped).
 
 Query time (:func:`backtest_error`): for any measure, cut-off and mode, each stored share's
-prediction at N = S minus the exact value gives one signed error; e_m is their mean at factor
-m. For a requested factor f = N / S, e(f) is e_m interpolated piecewise-linearly in log m through
-(1, 0), and beyond the largest factor M extrapolated in proportion: e(f) = e_M log f / log M.
-f <= 1 has no term (e = 0).
+prediction at N = S minus the exact value gives one signed error e_i at its factor m_i (16 halves
+at m = 2, 4 quarters at m = 4). The carry to a requested factor f = N / S (:func:`carry`) is a
+regression of those share errors on u = log m through the origin (a gallery of S predicted from
+S is exact: e = 0 at m = 1), e = b u, with the prediction interval of one new error at
+U = log f: b U +- t_{n-1} s sqrt(1 + U^2 / sum u_i^2), s the residual sd (n - 1 degrees of
+freedom). Where the shares agree on a slope the band is narrow and grows with the distance in
+log f only through the slope's uncertainty; where they disagree (errors at 2 and 4 that no common
+slope fits, or shares scattered around their mean) it is wide, in both directions. No constant
+but the level. This replaced e(f) = e_4 log f / log 4 (a fixed log-factor scale from the largest
+factor, no uncertainty of its own), chosen among the variants of docs/benchmarks.md ("Carrying the
+back-test to the user's factor") on the design data only. f <= 1 has no term (None).
 
 Per-query sample sizes may differ: the target of query q is a gallery of its own S_q, so
 predictions use x S_q / S_ref at N = S_ref (the plug-in rank j + S_q x) with S_ref = max S.
 
 Example: ``backtest_error(est, bt, "AP", 1000, "plugin", factor=20.0)`` returns a
-:class:`BacktestError` (e at f = 20, the factor it was measured at, e there, shares used).
+:class:`BacktestError` (e(f) at f = 20 and its band, the largest factor measured, e there, shares).
 """
 
 from __future__ import annotations
@@ -113,13 +120,21 @@ class Backtest:
 
 @dataclass(frozen=True)
 class BacktestError:
-    """e(f) for one measure at factor f, the stored factor nearest f from below (or the largest)
-    with its mean error and share count: 'predicting the sample from 1/m of it was off by e_m'."""
+    """The carried error for one measure at factor f: ``at_n`` e(f) and its prediction band
+    [``low``, ``high``] (:func:`carry`); ``factor`` the largest stored factor at or below f (or
+    the smallest above it) with ``error`` its mean share error and ``shares`` its share count:
+    'predicting the sample from 1/m of it was off by e_m'. ``share_factors`` / ``share_errors``:
+    every share's factor and error (what the band was fitted to; a paired difference regresses
+    the differences of the two sides' share errors)."""
 
     at_n: float
     factor: int
     error: float
     shares: int
+    low: float = float("nan")
+    high: float = float("nan")
+    share_factors: np.ndarray = field(default=None, compare=False, repr=False)
+    share_errors: np.ndarray = field(default=None, compare=False, repr=False)
 
 
 def sample_metric(est, counts, metric: str, k) -> np.ndarray:
@@ -184,50 +199,89 @@ def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int) -> np.nd
     return _mean_metrics(est, _share_hardness(est, bt, m), metric, k, mode) - truth
 
 
+def carry(share_factors, share_errors, factor: float, *, level: float = 0.95) -> tuple[float, float, float]:
+    """(e(f), low, high): the share errors ``share_errors`` at their factors ``share_factors``
+    regressed on u = log m through the origin, carried to ``factor`` f with the prediction
+    interval of one new error at level ``level`` (module docstring). Needs two shares or more
+    (one: the point, no band: low = high = e(f)).
+
+    Example: ``carry([2, 2, 4, 4], [0.01, 0.012, 0.02, 0.024], 16.0)`` is about (0.044, 0.036, 0.052)."""
+    from rscale.core.interval import _t_quantile
+    u = np.log(np.asarray(share_factors, dtype=np.float64))
+    e = np.asarray(share_errors, dtype=np.float64)
+    uu = float(u @ u)
+    b = float(u @ e) / uu
+    big_u = float(np.log(factor))
+    point = b * big_u
+    if e.size < 2:
+        return point, point, point
+    s = float(np.sqrt(np.sum((e - b * u) ** 2) / (e.size - 1)))
+    half = _t_quantile(level, e.size - 1) * s * float(np.sqrt(1.0 + big_u * big_u / uu))
+    return point, point - half, point + half
+
+
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,
-                   cache: dict | None = None) -> BacktestError | None:
-    """e(f) at extrapolation factor ``factor`` = N / S (module docstring); None when nothing is
-    stored to back-test with or ``factor`` <= 1. ``cache`` (a dict) keeps each factor's errors
-    across calls on the same estimate (a curve asks for many N)."""
+                   cache: dict | None = None, level: float = 0.95) -> BacktestError | None:
+    """e(f) and its band at extrapolation factor ``factor`` = N / S (:func:`carry` on every stored
+    share); None when nothing is stored to back-test with or ``factor`` <= 1. ``cache`` (a dict)
+    keeps each factor's errors across calls on the same estimate (a curve asks for many N)."""
     if bt is None or factor <= 1.0:
         return None
     ms = bt.factors(est)
     if not ms:
         return None
-    below = [m for m in ms if m <= factor]
-    above = [m for m in ms if m > factor]
-    lo = below[-1] if below else None
-    hi = above[0] if above else None
     if bt.columns is not None and not bt.columns.flags.writeable:
         cache = bt.__dict__.setdefault("_errors", {})    # registry-cached (read-only): kept with the value
     elif cache is None:
         cache = {}
     errs = {}
-    for m in (lo, hi):
-        if m is not None:
-            key = (metric, k, mode, m)
-            if key not in cache:
-                cache[key] = factor_errors(est, bt, metric, k, mode, m)
-            errs[m] = cache[key]
-    mean = {m: float(e.mean()) for m, e in errs.items()}
-    lf = np.log(factor)
-    if hi is None:                                  # beyond the largest factor: in proportion
-        at_n = mean[lo] * lf / np.log(lo)
-    else:
-        m0, e0 = (lo, mean[lo]) if lo is not None else (1, 0.0)
-        at_n = e0 + (mean[hi] - e0) * (lf - np.log(m0)) / (np.log(hi) - np.log(m0))
-    used = lo if lo is not None else hi
-    return BacktestError(at_n=float(at_n), factor=int(used), error=mean[used], shares=int(errs[used].size))
+    for m in ms:
+        key = (metric, k, mode, m)
+        if key not in cache:
+            cache[key] = factor_errors(est, bt, metric, k, mode, m)
+        errs[m] = cache[key]
+    fs = np.concatenate([np.full(errs[m].size, m, dtype=np.int64) for m in ms])
+    es = np.concatenate([errs[m] for m in ms])
+    at_n, low, high = carry(fs, es, factor, level=level)
+    below = [m for m in ms if m <= factor]
+    used = below[-1] if below else ms[0]
+    return BacktestError(at_n=float(at_n), factor=int(used), error=float(errs[used].mean()), shares=int(errs[used].size),
+                         low=float(low), high=float(high), share_factors=fs, share_errors=es)
+
+
+def difference_error(a: BacktestError | None, b: BacktestError | None, factor: float, *,
+                     level: float = 0.95) -> BacktestError | None:
+    """The carried error of a paired difference A - B: :func:`carry` on the differences of the two
+    sides' share errors at the factors both measured with as many shares (share i of A and of B
+    hold the same distractors when their replicates pair). None when they have no such factor;
+    ``factor`` / ``error`` as for one side, at the largest common factor at or below f."""
+    if a is None or b is None or a.share_factors is None or b.share_factors is None:
+        return None
+    common = [int(m) for m in np.unique(a.share_factors)
+              if np.sum(a.share_factors == m) == np.sum(b.share_factors == m) > 0]
+    if not common:
+        return None
+    sel_a, sel_b = np.isin(a.share_factors, common), np.isin(b.share_factors, common)
+    fs, d = a.share_factors[sel_a], a.share_errors[sel_a] - b.share_errors[sel_b]
+    at_n, low, high = carry(fs, d, factor, level=level)
+    below = [m for m in common if m <= factor]
+    used = below[-1] if below else common[0]
+    return BacktestError(at_n=float(at_n), factor=used, error=float(d[fs == used].mean()), shares=int(np.sum(fs == used)),
+                         low=float(low), high=float(high), share_factors=fs, share_errors=d)
 
 
 def backtest_fields(b: BacktestError | None) -> dict:
     """The back-test statement of one answer row: ``backtest_factor`` m and ``backtest_error``
-    e_m ('predicting the sample from 1/m of it was off by e_m'), ``backtest_at_n`` e(f) (what
-    the interval carries for it); None each when there is no back-test term."""
+    e_m ('predicting the sample from 1/m of it was off by e_m'), ``backtest_at_n`` e(f) and
+    ``backtest_low`` / ``backtest_high`` its band (what the interval carries for it); None each
+    when there is no back-test term."""
     if b is None:
-        return {"backtest_factor": None, "backtest_error": None, "backtest_at_n": None}
-    return {"backtest_factor": b.factor, "backtest_error": b.error, "backtest_at_n": b.at_n}
+        return {"backtest_factor": None, "backtest_error": None, "backtest_at_n": None,
+                "backtest_low": None, "backtest_high": None}
+    return {"backtest_factor": b.factor, "backtest_error": b.error, "backtest_at_n": b.at_n,
+            "backtest_low": b.low, "backtest_high": b.high}
 
 
-__all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "backtest_hardness", "disjoint_shares",
+__all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "carry", "difference_error",
+           "backtest_hardness", "disjoint_shares",
            "factor_errors", "max_factor", "sample_metric"]

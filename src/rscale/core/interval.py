@@ -16,14 +16,15 @@ Two targets, named on every row by ``ci_kind``:
   independent error sources and add in variance, each side: v - sqrt((t sd)^2 + (v - b_lo)^2).
 
 The back-test (:mod:`rscale.core.backtest`) adds what the replicates cannot carry, the
-estimator's error at the cell's extrapolation factor measured on the sample itself: e(f) per
-cell (a signed metric error, prediction minus truth). It enters both kinds the same way, as the
-union of the interval around v and the same interval around v - e(f):
-lo = min(v, v - e) - half_lo, hi = max(v, v - e) + half_hi. The interval reaches toward where
-the back-test says the truth lies, by as much as it says, and keeps the point v (a back-test
-correction of the point measured worse on the simulator). The rule was chosen on the simulator
-design set among quadrature (sqrt((t sd)^2 + e^2) each side), a shift to v - e, and this union
-(benchmarks/backtest_rule.py, docs/benchmarks.md).
+estimator's error at the cell's extrapolation factor measured on the sample itself: per cell a
+band [e_lo, e_hi] of the signed metric error (prediction minus truth) at f, the prediction
+interval of the share errors' regression on log m carried to f
+(:func:`rscale.core.backtest.carry`). It enters both kinds the same way, as the union of the
+intervals around v - e for every e in the band and around v itself:
+lo = min(v, v - e_hi) - half_lo, hi = max(v, v - e_lo) + half_hi. The interval reaches toward
+where the back-test says the truth may lie, as far as its band says, and keeps the point v (a
+back-test correction of the point measured worse on the simulator). A band of one value e
+(``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
@@ -31,8 +32,9 @@ replicates (a version-1 file) has no benchmark interval (NaN bounds); its popula
 is the query bootstrap alone, and callers say so.
 
 A paired difference of two versions A - B (:func:`difference_intervals`) is the same interval of
-the per-query differences: replicate r of A minus replicate r of B, point minus point, back-test
-error of A minus that of B. Pairing is valid only when replicate r of both was made from the
+the per-query differences: replicate r of A minus replicate r of B, point minus point, the band
+carried from share i's error of A minus that of B (:func:`rscale.core.backtest.difference_error`).
+Pairing is valid only when replicate r of both was made from the
 same half of the same distractors (:func:`rscale.core.replicates.split_key`); then what the two
 estimates share (the tail fit of the same top scores, the same sampled distractors) cancels in
 each pair's difference, and the population term's query bootstrap resamples the per-query
@@ -118,8 +120,11 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
             half = np.hypot(half, NormalDist().inv_cdf(0.5 + level / 2.0) * np.asarray(gallery_sd, dtype=np.float64))
     else:
         half = np.full(value.shape, np.nan)
-    e = np.zeros(value.shape) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
-    low_end, high_end = value - np.maximum(e, 0.0), value - np.minimum(e, 0.0)    # min(v, v - e), max(v, v - e)
+    band = np.zeros(value.shape + (2,)) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
+    if band.ndim == 1:
+        band = np.stack([band, band], axis=-1)
+    low_end = value - np.maximum(band[:, 1], 0.0)                  # min(v, v - e_hi)
+    high_end = value - np.minimum(band[:, 0], 0.0)                 # max(v, v - e_lo)
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
@@ -140,10 +145,9 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     the file's :class:`rscale.core.backtest.Backtest` (None: no back-test term); the fourth item
     is the cell's :class:`rscale.core.backtest.BacktestError` or None (f <= 1, in-pool, nothing
     stored)."""
-    pqs, reps, bts = _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest)
-    shift = np.array([np.nan if b is None else b.at_n for b in bts])
+    pqs, reps, bts = _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest, level)
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=shift)
+                                 backtest=_bands(bts))
     return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
 
 
@@ -151,29 +155,38 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
                          bootstrap: int = 1000, seed: int = 0, backtest_a=None, backtest_b=None):
     """Per (metric, k, N) cell: (per-query values of A, of B, low, high, back-test of A, of B) of
     the paired interval of kind ``ci_kind`` (module docstring): replicate r of A minus replicate r
-    of B, the query bootstrap on the per-query differences, and the back-test term e_A(f) - e_B(f)
-    under the same union rule (none unless both sides have one: one side's error alone is not the
-    difference's). The caller checks that the two
+    of B, the query bootstrap on the per-query differences, and the back-test band carried from the
+    differences of the two sides' share errors under the same union rule (none unless both sides
+    have the same shares: one side's error alone is not the difference's). The fifth and sixth
+    items are A's and B's own :class:`rscale.core.backtest.BacktestError`; the difference's is
+    ``difference_error(A's, B's, N / S)``. The caller checks that the two
     estimates' replicates pair (the same split key) and that their queries are the same, in the
     same order; here they must have the same shape."""
     if est_a.offsets.size != est_b.offsets.size:
         raise InvalidArgumentError(f"a paired difference needs the same queries on both sides, got "
                                    f"{est_a.offsets.size - 1} and {est_b.offsets.size - 1}")
-    pa, ra, ba = _cell_predictions(est_a, cells, mode, ci_kind, bootstrap, None, backtest_a)
-    pb, rb, bb = _cell_predictions(est_b, cells, mode, ci_kind, bootstrap, None, backtest_b)
+    from rscale.core.backtest import difference_error
+    pa, ra, ba = _cell_predictions(est_a, cells, mode, ci_kind, bootstrap, None, backtest_a, level)
+    pb, rb, bb = _cell_predictions(est_b, cells, mode, ci_kind, bootstrap, None, backtest_b, level)
     reps = None
     if ra is not None and rb is not None:
         if ra.shape != rb.shape:
             raise InvalidArgumentError(f"paired replicates need as many on both sides, got {ra.shape[1]} and "
                                        f"{rb.shape[1]}")
         reps = ra - rb
-    shift = np.array([np.nan if a is None or b is None else a.at_n - b.at_n for a, b in zip(ba, bb)])
+    s_ref = float(np.max(est_a.n_sampled))
+    bd = [difference_error(a, b, n / s_ref, level=level) for a, b, (_, _, n) in zip(ba, bb, cells)]
     _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=shift, bounds=(-1.0, 1.0))
+                                 backtest=_bands(bd), bounds=(-1.0, 1.0))
     return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
 
 
-def _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest):
+def _bands(bts) -> np.ndarray:
+    """(C, 2) back-test bands (e_lo, e_hi) of the cells' BacktestError (NaN: none)."""
+    return np.array([[np.nan, np.nan] if b is None else [b.low, b.high] for b in bts]).reshape(-1, 2)
+
+
+def _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest, level=0.95):
     """(per-query points (C, Q), per-query replicates (C, R, Q) or None, back-test errors (C,) of
     BacktestError or None) of one estimate's cells."""
     from rscale.core.backtest import backtest_error
@@ -188,6 +201,6 @@ def _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, back
     s_ref = float(np.max(est.n_sampled))
     cache: dict = {}
     bts = [None if in_pool_counts is not None else backtest_error(est, backtest, metric, k, mode, factor=n / s_ref,
-                                                                  cache=cache)
+                                                                  cache=cache, level=level)
            for metric, k, n in cells]
     return pqs, reps, bts
