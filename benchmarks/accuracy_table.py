@@ -322,7 +322,7 @@ def table(results: list[dict], *, sets, estimators, missing: list, seconds: dict
              "| set | fraction | estimator | cells | MAE | mean signed error | benchmark interval: covered | width "
              "| population interval: covered | width |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    failed = []
+    failed = {}          # (set, fraction, estimator, message) -> the draws that failed with it
     for s in sets:
         for f in sorted({r["fraction"] for r in results if r["set"] == s}):
             for m in estimators:
@@ -330,8 +330,9 @@ def table(results: list[dict], *, sets, estimators, missing: list, seconds: dict
                 if not rows:
                     continue
                 ok = [r for r in rows if r.get("value") is not None]
-                failed += [f"{s}/{r['scenario']}/{f:.0%}/d{r['draw']} {m}: {r['failed']}" for r in rows
-                           if r.get("value") is None]
+                for r in rows:
+                    if r.get("value") is None:
+                        failed.setdefault((s, f"{f:.0%}", m, r["failed"]), []).append(f"{r['scenario']}/d{r['draw']}")
                 err = np.array([r["value"] - r["truth"] for r in ok])
                 label = m if m in REGISTRY_ESTIMATORS else f"{m} (curve, no registry path)"
                 if query_mode(m):
@@ -346,7 +347,8 @@ def table(results: list[dict], *, sets, estimators, missing: list, seconds: dict
               "cell counts the seconds it took when it ran): " +
               "; ".join(f"{s} {seconds.get(s, 0.0) / 60:.1f} min" for s in sets) + "."]
     if failed:
-        lines += ["", "Failed cells: " + "; ".join(failed) + "."]
+        lines += ["", "Failed cells: " + "; ".join(f"{s} {f} {m}, {len(ds)} cells ({', '.join(ds)}): {msg}"
+                                            for (s, f, m, msg), ds in failed.items()) + "."]
     lines += ["", "Cells not run: " + (missing_text(missing) if missing else "none") + "."]
     return "\n".join(lines)
 
@@ -452,7 +454,7 @@ def main(argv=None):
         if hit is not None:
             results.append(hit["result"])
         elif args.cached_only:
-            missing.append((d, m, "not in the cache"))
+            missing.append((d, m, "not computed yet"))
         else:
             todo.append((d, m))
     print(f"{len(cells)} cells: {len(results)} cached, {len(todo)} to run", file=sys.stderr, flush=True)
