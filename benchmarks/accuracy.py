@@ -212,13 +212,36 @@ def run_one(spec, n, s, seed, b_boot=300):
     return truth, out
 
 
+EVT_ROWS = ("evt-paper (plugin)", "evt pool_xi=none (plugin)", "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
+            "evt gof_crit=0 (plugin)") + EB_ROWS
+CORE_ROWS = ("count", "sdm (skew-normal)", "evt-paper (plugin)", "evt (default, plugin)") + EB_ROWS
+
+
+def selected_estimators(which: str, *, core: bool = False, shipped_only: bool = False):
+    """(the ESTIMATORS rows a run measures, a one-line note naming the rows it leaves out or None).
+
+    ``--shipped-only``: evt (default) alone; ``--core``: count, sdm, evt-paper, evt and the evt-eb
+    rows, on every set; otherwise every row on the design set and the evt variants on the others."""
+    if shipped_only:
+        keep, why = ("evt (default, plugin)",), "--shipped-only"
+    elif core:
+        keep, why = CORE_ROWS, "--core"
+    elif which != "design":
+        keep, why = EVT_ROWS, f"--set {which} runs the evt variants only; --core adds count and sdm"
+    else:
+        return list(ESTIMATORS), None
+    rows = [e for e in ESTIMATORS if e[0] in keep]
+    left = [e[0] for e in ESTIMATORS if e[0] not in keep]
+    return rows, (f"not run ({why}): {'; '.join(left)}" if left else None)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=3, help="independent sample draws per cell")
     ap.add_argument("--quick", action="store_true", help="one draw, two scenarios, 5%% only")
     ap.add_argument("--fractions", default=None, help="comma-separated web-scale fractions (default 0.01,0.02,0.05,0.1)")
     ap.add_argument("--no-pool", action="store_true", help="skip the small-pool (1M) cells")
-    ap.add_argument("--core", action="store_true", help="only count, sdm, evt-paper and evt (default)")
+    ap.add_argument("--core", action="store_true", help="only count, sdm, evt-paper, evt (default) and evt-eb, on any set")
     ap.add_argument("--shipped-only", action="store_true", help="only evt (default) and its shipped intervals "
                     "(estimate with replicates and back-test, register, query)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
@@ -227,15 +250,9 @@ def main(argv=None):
                          "they check the default and its reported interval)")
     args = ap.parse_args(argv)
     global ESTIMATORS
-    if args.which != "design":
-        ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("evt-paper (plugin)", "evt pool_xi=none (plugin)",
-                                                       "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
-                                                       "evt gof_crit=0 (plugin)") + EB_ROWS]
-    if args.core:
-        ESTIMATORS = [e for e in ESTIMATORS if e[0] in ("count", "sdm (skew-normal)", "evt-paper (plugin)",
-                                                       "evt (default, plugin)") + EB_ROWS]
-    if args.shipped_only:
-        ESTIMATORS = [e for e in ESTIMATORS if e[0] == "evt (default, plugin)"]
+    ESTIMATORS, note = selected_estimators(args.which, core=args.core, shipped_only=args.shipped_only)
+    if note:
+        print(note, file=sys.stderr)
     n_big, pool = 1e8, 1e6
     cells = []
     scenarios, seed_offset = SETS[args.which]

@@ -1,0 +1,219 @@
+"""benchmarks/accuracy_table.py (the generated accuracy table) and benchmarks/accuracy.py's row
+selection: the table's cells run the shipped path (estimate -> register -> query) and agree with
+a direct computation from the registry; the markers are replaced idempotently; the cache skips
+unchanged cells and recomputes changed ones."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # a dataclass needs its module registered
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def accuracy():
+    return _load("accuracy")
+
+
+@pytest.mark.parametrize("which", ["holdout", "fresh4", "fresh5"])
+def test_core_on_a_non_design_set_runs_count_and_sdm(accuracy, which):
+    """Regression: --core on a non-design set silently dropped count and sdm (the set filter ran
+    first and kept only the evt variants)."""
+    rows, _ = accuracy.selected_estimators(which, core=True)
+    labels = [r[0] for r in rows]
+    for label in accuracy.CORE_ROWS:
+        assert label in labels
+
+
+def test_every_row_a_run_leaves_out_is_named(accuracy):
+    """No estimator row is dropped silently: whatever a selection leaves out, its note names."""
+    for which in accuracy.SETS:
+        for core in (False, True):
+            for shipped in (False, True):
+                rows, note = accuracy.selected_estimators(which, core=core, shipped_only=shipped)
+                left = [e[0] for e in accuracy.ESTIMATORS if e not in rows]
+                if left:
+                    assert note is not None and all(label in note for label in left), (which, core, shipped)
+                    assert "\n" not in note
+                else:
+                    assert note is None
+
+
+# ---------------------------------------------------------------- benchmarks/accuracy_table.py
+
+N_POOL = 40_000
+FRACTIONS = (0.05, 0.1)
+
+
+@pytest.fixture(scope="module")
+def table_mod():
+    return _load("accuracy_table")
+
+
+@pytest.fixture(scope="module")
+def tiny_set(tmp_path_factory):
+    """A folder of the layout of benchmarks/realset/data: 2 fractions x 2 draws of a simulated
+    benchmark of 20 queries, the truth its realised mAP@1000 at N (one number, as a real set has)."""
+    from rscale import sim
+    from rscale.sim.benchmark import HardnessLaw, SimSpec
+    from rscale.store.sample_stats_file import write_sample_stats
+    d = tmp_path_factory.mktemp("tinyset")
+    bench = sim.simulate(SimSpec(name="tiny", family="gaussian", n_queries=20,
+                                 hardness=HardnessLaw("loguniform", 1.0, 1e-6, 1e-1, immune=0.05)), seed=3)
+    sizes, truths = {}, []
+    for f in FRACTIONS:
+        for j in range(2):
+            ss = sim.sample(bench, int(f * N_POOL), k=1000, seed=10 * j + int(100 * f))
+            truths.append(float(sim.truth(bench, ss, N_POOL, "AP", 1000, seed=1).mean()))
+            key = f"draw-{round(100 * f):02d}pct-{j}"
+            write_sample_stats(ss, d / f"{key}.sample_stats.parquet")
+            sizes[key] = int(f * N_POOL)
+    (d / "manifest.json").write_text(json.dumps({"pool": N_POOL, "truth_map_at_1000": float(np.mean(truths)),
+                                                 "sizes": sizes}))
+    return d
+
+
+def _doc(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Estimator accuracy (hand-kept)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    return doc
+
+
+def _run(table_mod, tiny_set, cache, doc, estimators="evt,naive", keep=None):
+    return table_mod.main(["--data", f"tiny={tiny_set}", "--sets", "tiny", "--estimators", estimators,
+                           "--workers", "0", "--cache", str(cache), "--doc", str(doc), "--write",
+                           *(["--keep-registries", str(keep)] if keep else [])])
+
+
+def _row(text, label, fraction):
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[0] == "tiny" and cells[1] == fraction and cells[2] == label:
+            return cells
+    raise AssertionError(f"no row {label} {fraction} in:\n{text}")
+
+
+@pytest.fixture(scope="module")
+def first_run(table_mod, tiny_set, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    doc = _doc(tmp)
+    with pytest.MonkeyPatch.context() as mp:      # no MLflow run per estimate: lineage is not under test
+        mp.setattr("rscale.producers.lineage._mlflow", lambda: None)
+        results = _run(table_mod, tiny_set, tmp / "cache", doc, keep=tmp / "kept")
+    return tmp, doc, results
+
+
+def test_the_table_agrees_with_a_direct_computation_from_the_registry(first_run, tiny_set):
+    """Each evt cell went through estimate -> register -> query: its value and both intervals equal
+    what the hardness in the cell's registry gives through rscale.core.interval directly; the
+    table's MAE, signed error, coverage and width are those of the cells."""
+    from rscale.core.estimators.methods import estimate
+    from rscale.core.interval import predicted_intervals
+    from rscale.store.registry import Registry
+    from rscale.store.sample_stats_file import read_sample_stats
+    tmp, doc, results = first_run
+    truth = json.loads((tiny_set / "manifest.json").read_text())["truth_map_at_1000"]
+    text = doc.read_text()
+    for f, label in ((0.05, "5%"), (0.1, "10%")):
+        direct = []
+        for j in range(2):
+            got = next(r for r in results if r["method"] == "evt" and r["fraction"] == f and r["draw"] == j)
+            assert got["query"] == "mAP@1000 at N=40k for b using evt"
+            reg = Registry.locate(Path(got["kept"]) / "reg")
+            (version,) = reg.versions()
+            assert version.estimator == "evt"
+            est, info = reg.read_hardness(version)
+            assert est.replicates is not None and info["backtest"] is not None
+            cell = {}
+            for kind in ("benchmark", "population"):
+                pq, lo, hi, _ = predicted_intervals(est, [("AP", 1000, float(N_POOL))], ci_kind=kind,
+                                                    backtest=info["backtest"])[0]
+                cell[kind] = (float(pq.mean()), lo, hi)
+            direct.append(cell)
+            assert got["value"] == pytest.approx(cell["benchmark"][0], abs=1e-12)
+            assert (got["lo"], got["hi"]) == pytest.approx(cell["benchmark"][1:], abs=1e-12)
+            assert (got["pop_lo"], got["pop_hi"]) == pytest.approx(cell["population"][1:], abs=1e-9)
+            sample = tiny_set / f"draw-{round(100 * f):02d}pct-{j}.sample_stats.parquet"
+            naive = next(r for r in results if r["method"] == "naive" and r["fraction"] == f and r["draw"] == j)
+            assert naive["value"] == pytest.approx(estimate(read_sample_stats(sample), "naive", metric="AP",
+                                                            k=1000).value(N_POOL))
+        err = np.array([c["benchmark"][0] - truth for c in direct])
+        row = _row(text, "evt", label)
+        assert row[3] == "2"
+        assert float(row[4]) == pytest.approx(np.abs(err).mean(), abs=6e-5)
+        assert float(row[5]) == pytest.approx(err.mean(), abs=6e-5)
+        for col, kind in ((6, "benchmark"), (8, "population")):
+            cov = sum(c[kind][1] <= truth <= c[kind][2] for c in direct)
+            assert row[col].startswith(f"{cov}/2")
+            assert float(row[col + 1]) == pytest.approx(np.mean([c[kind][2] - c[kind][1] for c in direct]), abs=6e-5)
+        assert _row(text, "naive (curve, no registry path)", label)[6] == "n/a"
+
+
+def test_the_markers_are_replaced_and_the_rest_of_the_doc_kept(first_run, table_mod, tiny_set):
+    tmp, doc, _ = first_run
+    before = doc.read_text()
+    assert before.startswith("# Benchmarks\n\n## Estimator accuracy (hand-kept)\n\n| a | b |")
+    assert before.count(table_mod.BEGIN) == 1 and before.count(table_mod.END) == 1
+    _run(table_mod, tiny_set, tmp / "cache", doc)
+    after = doc.read_text()
+    assert after.count(table_mod.BEGIN) == 1 and after.count(table_mod.END) == 1
+    strip = lambda t: [ln for ln in t.splitlines() if not ln.startswith("Generated by")]   # noqa: E731 (wall time)
+    assert strip(after) == strip(before)
+    doc.write_text(after + "\n## Later section\n\nkept\n")
+    _run(table_mod, tiny_set, tmp / "cache", doc)
+    assert doc.read_text().endswith("## Later section\n\nkept\n")
+
+
+def test_the_cache_skips_unchanged_cells_and_reruns_changed_ones(first_run, table_mod, tiny_set, monkeypatch):
+    tmp, doc, _ = first_run
+    monkeypatch.setattr("rscale.producers.lineage._mlflow", lambda: None)
+    ran = []
+    real = table_mod.run_cell
+    monkeypatch.setattr(table_mod, "run_cell", lambda d, m, c, k: ran.append((d.fraction, d.draw, m)) or real(d, m, c, k))
+    _run(table_mod, tiny_set, tmp / "cache", doc)
+    assert ran == []
+    # a change to a file one evt cell imported: that cell alone reruns
+    cells = sorted((tmp / "cache" / "cells").glob("*.json"))
+    entry = next(json.loads(p.read_text()) for p in cells if json.loads(p.read_text())["result"]["method"] == "evt")
+    path = next(p for p in cells if json.loads(p.read_text()) == entry)
+    assert "core/law.py" in entry["deps"] and "core/estimators/evt.py" in entry["deps"]
+    assert "core/estimators/evt_eb.py" not in entry["deps"]     # another estimator's own module
+    entry["deps"]["core/law.py"] = "sha256:" + "0" * 64
+    path.write_text(json.dumps(entry))
+    _run(table_mod, tiny_set, tmp / "cache", doc)
+    r = entry["result"]
+    assert ran == [(r["fraction"], r["draw"], "evt")]
+
+
+def test_an_estimators_own_files_are_imported_by_no_shared_module(table_mod):
+    """The cache leaves other estimators' own modules out of a cell's digest; that is sound only if
+    no shared module imports them (the table of estimators, methods.py, dispatches to them)."""
+    src = BENCHMARKS.parent / "src" / "rscale"
+    owner = {f: g for g, files in table_mod.OWN_FILES.items() for f in files}
+    dispatch = {"core/estimators/methods.py", "core/estimators/__init__.py"}
+    bad = []
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                target = name.removeprefix("rscale.").replace(".", "/") + ".py"
+                if target in owner and rel not in dispatch and owner.get(rel) != owner[target]:
+                    bad.append(f"{rel} imports {target} ({owner[target]}'s own file)")
+    assert not bad, "\n".join(bad)
