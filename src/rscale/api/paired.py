@@ -79,7 +79,7 @@ def paired_answer(q, reg, *, catalog, estimator: str, bootstrap: int = 1000, see
                      "versus_version": f"v{vb.version}", "benchmark": va.benchmark, "measure": str(m), "N": int(n),
                      "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo,
                      "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
-                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, q.mode), "extrapolation": n / s_max,
+                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, q.mode, va.estimator), "extrapolation": n / s_max,
                      **_difference_backtest(bt_a, bt_b)})
         if np.isfinite(lo) and lo <= 0.0 <= hi:
             warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "

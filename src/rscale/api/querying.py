@@ -27,7 +27,7 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     if not q.backbones:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
     reg = Registry.locate(registry)
-    estimator = q.estimator or "evt"
+    estimator = q.estimator or "evt-eb"
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
     _known_estimator(estimator, catalog)
     if q.paired:                                    # for A vs B: the paired difference (rscale.api.paired)
@@ -67,7 +67,7 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
                          "ci_high": float(hi), "ci_kind": ci_kind, "estimator": v.estimator,
-                         "mode": resolve_mode(m.law_metric, q.mode),
+                         "mode": resolve_mode(m.law_metric, q.mode, v.estimator),
                          "extrapolation": n / s_max, **backtest_fields(bt),
                          **({} if q.rerank_depth is None else {"reranked": q.rerank_depth})})
     # ranking resolution between backbones evaluated on the same queries
@@ -163,7 +163,7 @@ def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str 
                 f"{fix}{depth / reach:.3g}, or register a sample with more reranked candidates")
     reps = est.replicates if inp.halves else None
     return reranked_intervals(inp, est.x, reps,
-                              [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode)) for m, n in cells],
+                              [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode, est.method)) for m, n in cells],
                               depth=depth, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
 
 
@@ -241,9 +241,9 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
             raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
     reg = Registry.locate(registry)
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
-    _known_estimator(q.estimator or "evt", catalog)
+    _known_estimator(q.estimator or "evt-eb", catalog)
     for ref in q.backbones:
-        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt")
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt-eb")
     measured = []                                   # per version: {measure: [(N, exact value), ...]}
     for v in versions:
         est, info = reg.read_hardness(v)

@@ -306,6 +306,8 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     tail = {"u": u_main, "n_u": np.stack([c["n_u"] for c in cands], axis=1)[rows, main].astype(np.float64),
             "xi": xi_mean,
             "threshold_weight": w.max(axis=1)}
+    if "cluster" in cands[0]:     # near-duplicate points split off at the main threshold
+        tail["cluster"] = np.stack([c["cluster"] for c in cands], axis=1)[rows, main].astype(np.float64)
     for t, (n, c) in enumerate(zip(sizes, cands)):
         tail[f"weight_n{n}"] = w[:, t]
     params = {**asdict(config), "k_top": k_top, "held_out": held_out,
