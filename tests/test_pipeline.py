@@ -93,7 +93,7 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     run(["git", "commit", "-qm", "lock"], path, env)
     run(dvc + ["exp", "run", "--set-param", "estimate.method=evt-paper"], path, env)
     versions = json.loads(run(rscale + ["ls", "-r", "registry", "--format", "json"], path, env))
-    assert {v["estimator"] for v in versions} == {"evt", "evt-paper"}
+    assert {v["estimator"] for v in versions} == {"evt-eb", "evt-paper"}
     # the pipeline demo prints the registry's answers next to simulated truth
     demo = run(rscale + ["demo", "--registry", "registry", "--config", "params.yaml"], path, env)
     assert "exact value" in demo and "sim_neardup" in demo and "full-pool evaluation" in demo
