@@ -27,8 +27,8 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     if not q.backbones:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
     reg = Registry.locate(registry)
-    estimator = q.estimator or "evt-eb"
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
+    estimator = default_estimator(q.estimator, catalog)
     _known_estimator(estimator, catalog)
     if q.paired:                                    # for A vs B: the paired difference (rscale.api.paired)
         from rscale.api.paired import paired_answer
@@ -110,6 +110,15 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
             warnings.append(f"{label[series]}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
                             "predictions this far out are not validated")
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def default_estimator(estimator: str | None, catalog) -> str:
+    """The estimator a query without ``using`` reads: the default (evt-eb), or ``evt`` (the default
+    before it) in a registry that holds no evt-eb version."""
+    if estimator:
+        return estimator
+    present = {v.estimator for v in catalog}
+    return "evt" if "evt-eb" not in present and "evt" in present else "evt-eb"
 
 
 def _known_estimator(estimator: str, catalog) -> None:
@@ -241,9 +250,10 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
             raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
     reg = Registry.locate(registry)
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
-    _known_estimator(q.estimator or "evt-eb", catalog)
+    estimator = default_estimator(q.estimator, catalog)
+    _known_estimator(estimator, catalog)
     for ref in q.backbones:
-        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt-eb")
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     measured = []                                   # per version: {measure: [(N, exact value), ...]}
     for v in versions:
         est, info = reg.read_hardness(v)
