@@ -82,7 +82,7 @@ def test_estimate_then_predict(tmp_path, capsys):
     assert main(["estimate", str(ss), "-o", str(h), "--format", "json"]) == 0
     out = capsys.readouterr().out
     summary = json.loads(out[out.index("{"):])
-    assert summary["method"] == "evt" and summary["rejected_tail_share"] <= 0.02   # a smooth (Gaussian) tail
+    assert summary["method"] == "evt-eb" and summary["cluster_share"] <= 0.05   # a smooth (Gaussian) tail: no clusters
     assert 0.0 <= summary["tail_shape_at_zero_share"] < 0.5
     assert main(["predict", str(h), "--metric", "mAP@1000", "--metric", "R@1", "--n", "1e6", "--n", "1e8",
                  "--format", "json"]) == 0

@@ -93,7 +93,7 @@ def test_repro_fills_the_registry_and_exp_run_ablates(project):
     run(["git", "commit", "-qm", "lock"], path, env)
     run(dvc + ["exp", "run", "--set-param", "estimate.method=evt-paper"], path, env)
     versions = json.loads(run(rscale + ["ls", "-r", "registry", "--format", "json"], path, env))
-    assert {v["estimator"] for v in versions} == {"evt", "evt-paper"}
+    assert {v["estimator"] for v in versions} == {"evt-eb", "evt-paper"}
     # the pipeline demo prints the registry's answers next to simulated truth
     demo = run(rscale + ["demo", "--registry", "registry", "--config", "params.yaml"], path, env)
     assert "exact value" in demo and "sim_neardup" in demo and "full-pool evaluation" in demo
@@ -116,7 +116,7 @@ def test_registry_travels_through_a_dvc_remote(project, tmp_path_factory):
     for preset in ("sim_gaussian", "sim_bounded"):
         ss = sim.sample(sim.simulate(replace(PRESETS[preset], n_queries=40), seed=0), 300_000, k=300, seed=0)
         write_sample_stats(ss, path / f"{preset}.ss.parquet")
-        write_hardness(estimate(ss, "evt"), ss, path / f"{preset}.h.parquet")
+        write_hardness(estimate(ss), ss, path / f"{preset}.h.parquet")
         api.register(path / f"{preset}.h.parquet", path / f"{preset}.ss.parquet", registry=path / "registry")
     question = ["query", "mAP@1000 at N=1e8 for *", "-r", "registry", "--format", "json"]
     before = json.loads(run(rscale + question, path, env))

@@ -37,7 +37,7 @@ def simulated(q: int, seed: int, tmp, name="sim_rr", rerank=True):
     if rerank:
         ss = sr.with_rerank_scores(bench, ss, model, top=TOP, pos_rerank=t, seed=seed)
     write_sample_stats(ss, tmp / f"{name}.ss.parquet")
-    api.estimate(tmp / f"{name}.ss.parquet", out=tmp / f"{name}.h.parquet")
+    api.estimate(tmp / f"{name}.ss.parquet", "evt", out=tmp / f"{name}.h.parquet")   # plug-in by default
     return dict(bench=bench, model=model, t=t, ss=ss, sample=tmp / f"{name}.ss.parquet",
                 hardness=tmp / f"{name}.h.parquet")
 
@@ -102,7 +102,7 @@ def test_predict_rerank_gives_the_query_answer_and_interval(reg, ci_kind, capsys
     per measure, the bootstrap's resamples and seed)."""
     text = f"mAP@1000, R@1 at N=4e4,1e5 for sim_rr reranked@{DEPTH}"
     ans = api.query(text, registry=reg["path"], ci_kind=ci_kind, bootstrap=300)["rows"]
-    assert main(["predict-rerank", str(reg["rr"]["sample"]), "--n", "4e4", "--n", "1e5", "--depth", str(DEPTH),
+    assert main(["predict-rerank", str(reg["rr"]["sample"]), "--method", "evt", "--n", "4e4", "--n", "1e5", "--depth", str(DEPTH),
                  "--metric", "mAP@1000", "--metric", "R@1", "--ci", ci_kind, "--bootstrap", "300",
                  "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)

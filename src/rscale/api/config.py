@@ -36,7 +36,7 @@ def estimator_from_config(path) -> tuple[str, list[str]]:
     in an experiment needs no other change.
     """
     cfg = load_config(path, "estimate")
-    method = str(cfg.get("method", "evt"))
+    method = str(cfg.get("method", "evt-eb"))
     params = cfg.get(method) or {}
     if not isinstance(params, dict):
         from rscale.errors import FormatError

@@ -26,9 +26,13 @@ def estimator_params(method: str, params=()) -> dict:
     """Parsed and checked ``name=value`` estimator parameters (before any work is done)."""
     from rscale.errors import InvalidArgumentError
     kwargs = dict(_parse_param(p) for p in params)
-    if method == "evt":
-        from rscale.core.estimators.evt_config import DEFAULT
-        from rscale.core.estimators.methods import evt_config
+    if method in ("evt", "evt-eb"):
+        if method == "evt":
+            from rscale.core.estimators.evt_config import DEFAULT
+            from rscale.core.estimators.methods import evt_config as config_of
+        else:
+            from rscale.core.estimators.evt_eb import DEFAULT_EB as DEFAULT
+            from rscale.core.estimators.evt_eb import eb_config as config_of
         for key, value in kwargs.items():
             if not hasattr(DEFAULT, key):
                 continue                                   # evt_config names the unknown ones
@@ -39,14 +43,14 @@ def estimator_params(method: str, params=()) -> dict:
             if not isinstance(value, accepted) or (isinstance(value, bool) and type(default) is not bool):
                 raise InvalidArgumentError(f"estimator parameter {key}={value} must be a {what} "
                                            f"(e.g. -p {key}={str(default).lower() if type(default) is bool else default})")
-        evt_config(kwargs).check()
+        config_of(kwargs).check()
     elif kwargs and method in ("evt-paper", "count"):
         raise InvalidArgumentError(f"{method} takes no parameters (got {', '.join(sorted(kwargs))}); "
                                    "vary the method 'evt' with -p name=value instead")
     return kwargs
 
 
-def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicates: int = 16,
+def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, replicates: int = 16,
              backtest: bool = True) -> dict:
     """Estimate hardness from a sample-stats file; write it to ``out`` when given, with
     ``replicates`` hardness replicates (:mod:`rscale.core.replicates`: replicates / 2 half-sample
@@ -129,6 +133,8 @@ def estimate(sample_stats, method: str = "evt", *, params=(), out=None, replicat
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
         # fits pinned at the exponential boundary: many of them say the bounded family is too light
         summary["tail_shape_at_zero_share"] = round(float(np.mean(est.tail["xi"] == 0.0)), 4)
+    if "cluster" in est.tail:     # evt-eb: queries with a near-duplicate cluster given its own tail
+        summary["cluster_share"] = round(float(np.mean(est.tail["cluster"] > 0)), 4)
     if "gof_refit" in est.tail:   # queries whose threshold the goodness-of-fit rule raised
         summary["gof_refit_share"] = round(float(np.mean(est.tail["gof_refit"])), 4)
     if method in ("evt", "evt-paper"):
@@ -188,7 +194,7 @@ def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None 
         rows.append({"measure": str(measure), "N": n, "value": float(pq.mean()),
                      "ci_low": lo, "ci_high": hi, "level": level, "ci_kind": ci_kind, **backtest_fields(bt),
                      "replicates": 0 if est.replicates is None else int(est.replicates.shape[1]),
-                     "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode),
+                     "estimator": est.method, "mode": resolve_mode(measure.law_metric, mode, est.method),
                      "extrapolation": n / s_max,
                      "backbone": info["meta"].get("backbone", ""), "queries": int(est.n_sampled.size)})
     return rows

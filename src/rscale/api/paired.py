@@ -103,8 +103,8 @@ def paired_rows(reg, versions, *, cells, mode=None, ci_kind: str = "benchmark", 
                      "versus_version": f"v{vb.version}", "benchmark": va.benchmark, "measure": str(m), "N": int(n),
                      "value": value, "value_a": float(pq_a.mean()), "value_b": float(pq_b.mean()), "ci_low": lo,
                      "ci_high": hi, "ci_kind": ci_kind, "paired": "replicates",
-                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, mode), "extrapolation": n / s_max,
-                     **backtest_fields(difference_error(bt_a, bt_b, n / s_ref, level=level))})
+                     "estimator": va.estimator, "mode": resolve_mode(m.law_metric, mode, va.estimator),
+                     "extrapolation": n / s_max, **backtest_fields(difference_error(bt_a, bt_b, n / s_ref, level=level))})
         if np.isfinite(lo) and lo <= 0.0 <= hi:
             warnings.append(f"{m} at N={n:g}: {va.ref} - {vb.ref} = {value:+.4f}, its {ci_kind} interval "
                             f"{lo:+.4f}..{hi:+.4f} contains 0: not resolved")

@@ -27,8 +27,8 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
     if not q.backbones:
         raise QuerySyntaxError(f"say for which backbones: add 'for NAME' or 'for *' (query: {q})")
     reg = Registry.locate(registry)
-    estimator = q.estimator or "evt"
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
+    estimator = default_estimator(q.estimator, catalog)
     _known_estimator(estimator, catalog)
     if q.paired:                                    # for A vs B: the paired difference (rscale.api.paired)
         from rscale.api.paired import paired_answer
@@ -67,7 +67,7 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
             rows.append({"backbone": v.backbone, "version": f"v{v.version}", "benchmark": v.benchmark,
                          "measure": str(m), "N": n, "value": float(pq.mean()), "ci_low": float(lo),
                          "ci_high": float(hi), "ci_kind": ci_kind, "estimator": v.estimator,
-                         "mode": resolve_mode(m.law_metric, q.mode),
+                         "mode": resolve_mode(m.law_metric, q.mode, v.estimator),
                          "extrapolation": n / s_max, **backtest_fields(bt),
                          **({} if q.rerank_depth is None else {"reranked": q.rerank_depth})})
     # ranking resolution between backbones evaluated on the same queries
@@ -110,6 +110,15 @@ def query(text: str, registry=None, *, bootstrap: int = 1000, seed: int = 0, lev
             warnings.append(f"{label[series]}: N={r['N']:g} is {r['extrapolation']:.0f}x the sample; "
                             "predictions this far out are not validated")
     return {"query": str(q), "rows": rows, "warnings": sorted(set(warnings))}
+
+
+def default_estimator(estimator: str | None, catalog) -> str:
+    """The estimator a query without ``using`` reads: the default (evt-eb), or ``evt`` (the default
+    before it) in a registry that holds no evt-eb version."""
+    if estimator:
+        return estimator
+    present = {v.estimator for v in catalog}
+    return "evt" if "evt-eb" not in present and "evt" in present else "evt-eb"
 
 
 def _known_estimator(estimator: str, catalog) -> None:
@@ -163,7 +172,7 @@ def reranked_answers(reg, v, *, est, cells, depth: int, mode=None, ci_kind: str 
                 f"{fix}{depth / reach:.3g}, or register a sample with more reranked candidates")
     reps = est.replicates if inp.halves else None
     return reranked_intervals(inp, est.x, reps,
-                              [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode)) for m, n in cells],
+                              [(m.law_metric, m.k, float(n), resolve_mode(m.law_metric, mode, est.method)) for m, n in cells],
                               depth=depth, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed)
 
 
@@ -241,9 +250,10 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
             raise InvalidArgumentError(f"the range {n_range!r} must go from small to large")
     reg = Registry.locate(registry)
     versions, catalog = [], reg.versions()          # one catalog read for every backbone named
-    _known_estimator(q.estimator or "evt", catalog)
+    estimator = default_estimator(q.estimator, catalog)
+    _known_estimator(estimator, catalog)
     for ref in q.backbones:
-        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=q.estimator or "evt")
+        versions += reg.resolve(ref.name, ref.version, benchmark=q.benchmark, catalog=catalog, estimator=estimator)
     measured = []                                   # per version: {measure: [(N, exact value), ...]}
     for v in versions:
         est, info = reg.read_hardness(v)

@@ -127,7 +127,7 @@ def _require_rerank_scores(ss) -> None:
                                "(docs/rerank.md, 'Reranked metrics at any N')")
 
 
-def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt", mode: str | None = None,
+def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, method: str = "evt-eb", mode: str | None = None,
                      ci_kind: str = "benchmark", replicates: int = 16, bootstrap: int = 1000, seed: int = 0,
                      level: float = 0.95) -> list[dict]:
     """The metric after reranking the first-stage top ``depth`` (K') at each gallery size in ``n``,
@@ -179,7 +179,7 @@ def predict_reranked(sample_stats, *, n, depth: int = 1000, measures=None, metho
             reps = None
     if not splits:
         inp = reranked_input(ss, splits=0, seed=SEED)
-    cells = [(m.law_metric, m.k, size, prediction.resolve_mode(m.law_metric, mode)) for m in parsed for size in sizes]
+    cells = [(m.law_metric, m.k, size, prediction.resolve_mode(m.law_metric, mode, est.method)) for m in parsed for size in sizes]
     for size in sizes:
         most = supported_depth(inp, size)
         if size >= depth and most < depth:

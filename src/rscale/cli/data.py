@@ -44,7 +44,7 @@ def check(path: Path = typer.Argument(..., help="A sample-stats Parquet file."),
 
 def estimate(
     sample_stats: Path = typer.Argument(..., help="Sample-stats Parquet file."),
-    method: str = typer.Option("evt", "--method", "-m", help="evt (default), evt-eb, evt-paper, count or sdm (docs/design.md)."),
+    method: str = typer.Option("evt-eb", "--method", "-m", help="evt-eb (default), evt, evt-paper, count or sdm (docs/design.md)."),
     param: Optional[list[str]] = typer.Option(None, "--param", "-p", help="Estimator parameter name=value (repeatable)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Hardness Parquet file to write."),
     config: Optional[Path] = typer.Option(None, "--config", help="Take method and parameters from the "
@@ -77,7 +77,7 @@ def predict(
     hardness: Path = typer.Argument(..., help="Hardness Parquet file (from rscale estimate)."),
     metric: list[str] = typer.Option(["mAP@1000"], "--metric", help="Measure(s): mAP@1000, R@1, Recall@100, MRR."),
     n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ... (whole numbers up to 1e15)."),
-    mode: Optional[str] = typer.Option(None, help="plugin or expected (default: plugin for mAP/MRR, expected for R/Recall)."),
+    mode: Optional[str] = typer.Option(None, help="plugin or expected (default: expected for evt-eb; otherwise plugin for mAP/MRR, expected for R/Recall)."),
     in_pool: bool = typer.Option(False, "--in-pool", help="The gallery contains the sample (a fixed pool of size N): "
                                  "condition on the observed counts."),
     sample: Optional[Path] = typer.Option(None, "--sample", help="The sample stats the hardness came from "

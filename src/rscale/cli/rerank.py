@@ -94,7 +94,7 @@ def predict_rerank(
                                                    "mAP@1000, R@1, Recall@100, MRR@1000 (default: mAP@K', R@1)."),
         n: list[str] = typer.Option(["1e8"], "--n", help="Gallery size(s): 1e8, 759k, ... (at least K')."),
         depth: int = typer.Option(1000, "--depth", help="K': first-stage candidates the reranker reorders."),
-        method: str = typer.Option("evt", help="First-stage hardness estimator (evt, evt-paper, count, ...)."),
+        method: str = typer.Option("evt-eb", help="First-stage hardness estimator (evt-eb, evt, evt-paper, count, ...)."),
         mode: Optional[str] = typer.Option(None, help="expected (exact expectation) or plugin (counts at their "
                                            "centres); default: rscale query's per-measure default."),
         replicates: int = typer.Option(16, help="Half-sample replicates, as rscale estimate (0: none, no "

@@ -190,7 +190,7 @@ def factor_errors(est, bt: Backtest, metric: str, k, mode: str, m: int) -> np.nd
     """Signed errors of every stored share at factor m: its prediction at N = S minus the exact value."""
     from rscale.core.prediction import resolve_mode
     from rscale.core import law
-    mode = resolve_mode(metric, mode)
+    mode = resolve_mode(metric, mode, est.method)
     s_ref = float(np.max(est.n_sampled))
     counts = _kept(bt, "_counts_hardness", _read_only(bt.counts, est.offsets, est.n_sampled),    # sample_metric's view
                    lambda: law.Hardness.from_flat(np.asarray(bt.counts, dtype=np.float64) / s_ref, est.offsets,

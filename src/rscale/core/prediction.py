@@ -16,10 +16,15 @@ from rscale.core.estimators.base import HardnessEstimate
 # them well (measured in docs/benchmarks.md); R@k and Recall@k are step functions of the rank, so
 # their plug-in is only meaningful on realised fractions and the Binomial expectation is used.
 DEFAULT_MODE = {"AP": "plugin", "RR": "plugin", "R": "expected", "Recall": "expected"}
+# Estimators whose default is one mode for every metric: evt-eb's draws average the realised
+# metric's expectation (measured that way, docs/benchmarks.md; its plug-in is biased low)
+METHOD_MODE = {"evt-eb": "expected"}
 
 
-def resolve_mode(metric: str, mode: str | None) -> str:
-    return DEFAULT_MODE.get(metric, "plugin") if mode is None else mode
+def resolve_mode(metric: str, mode: str | None, method: str | None = None) -> str:
+    if mode is not None:
+        return mode
+    return METHOD_MODE.get(method) or DEFAULT_MODE.get(metric, "plugin")
 
 
 def in_pool_hardness(x: np.ndarray, counts: np.ndarray, s: np.ndarray, n: float) -> np.ndarray:
@@ -45,7 +50,7 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
     counts, per positive) makes the prediction condition on the sample being part of the gallery
     (:func:`in_pool_hardness`; plug-in only).
     """
-    mode = resolve_mode(metric, mode)
+    mode = resolve_mode(metric, mode, None if in_pool_counts is not None else est.method)
     if in_pool_counts is not None:
         if mode != "plugin":
             from rscale.errors import InvalidArgumentError
@@ -108,7 +113,7 @@ def _draws_hardness(est: HardnessEstimate) -> law.Hardness:
 def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
                         mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
     """Per-query predicted metric from each stored hardness replicate (a half-sample estimate), shape (R, Q)."""
-    mode = resolve_mode(metric, mode)
+    mode = resolve_mode(metric, mode, None if in_pool_counts is not None else est.method)
     if in_pool_counts is not None:
         if mode != "plugin":
             from rscale.errors import InvalidArgumentError

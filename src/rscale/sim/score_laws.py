@@ -15,6 +15,8 @@ Families (real score tails differ, so estimators are judged on all of them):
              sf = (1 - w) sf_bulk + w sf_cluster, with w ~ 1e-7..1e-5 and a Normal cluster high in
              the bulk's tail (web-scale pools hold near-copies of popular objects). The tail has a
              bump that a sample may or may not reach.
+``bigdup``   The same shape with larger, tighter clusters lower down (w ~ 1e-6..1e-4, cluster sd
+             0.01-0.025, 5-6.5 bulk sds up): dozens to hundreds of sampled near-copies.
 ``scalemix`` A scale mixture of Normals with one centre (distractors differ in how spread their
              similarities are, e.g. hub images): heavier than Gaussian over the decades a sample
              sees (fitted GPD shapes near or above 0), Gaussian only far out.
@@ -270,7 +272,7 @@ class MixtureLaw(_PerQuery):
         return -np.sort(-np.concatenate(tops, axis=1), axis=1)[:, :k]
 
 
-FAMILIES = ("bounded", "gaussian", "neardup", "scalemix", "shoulder", "logistic", "student")
+FAMILIES = ("bounded", "gaussian", "neardup", "scalemix", "shoulder", "logistic", "student", "bigdup")
 
 
 def draw_laws(family: str, n_queries: int, rng: np.random.Generator):
@@ -294,6 +296,12 @@ def draw_laws(family: str, n_queries: int, rng: np.random.Generator):
         # The cluster sits where the bulk's survival is ~1e-9..1e-12: invisible to the bulk.
         z = rng.uniform(6.0, 7.0, n_queries)
         cluster = GaussianLaw(bulk.mu + z * bulk.sigma, rng.uniform(0.02, 0.04, n_queries))
+        return NearDupLaw(bulk, w, cluster)
+    if family == "bigdup":
+        bulk = GaussianLaw(rng.uniform(0.05, 0.2, n_queries), rng.uniform(0.05, 0.07, n_queries))
+        w = np.exp(rng.uniform(np.log(1e-6), np.log(1e-4), n_queries))
+        z = rng.uniform(5.0, 6.5, n_queries)
+        cluster = GaussianLaw(bulk.mu + z * bulk.sigma, rng.uniform(0.01, 0.025, n_queries))
         return NearDupLaw(bulk, w, cluster)
     if family == "scalemix":
         # 4 components, one centre; sds grow by r per component, weights fall by rho per component

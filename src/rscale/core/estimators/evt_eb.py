@@ -43,6 +43,7 @@ from rscale.core.sample_stats import SampleStats
 from rscale.errors import InvalidArgumentError
 
 THRESHOLDS = (2.0, 1.0, 0.5, 0.25)    # candidate excess counts, multiples of (1 - q) k_top
+CLUSTER_PART = 2                      # a cluster's own tail is fitted over its upper 1/CLUSTER_PART
 MIN_TRAIN = 8                         # excesses below the held-out top that every candidate keeps
 
 
@@ -57,6 +58,9 @@ class EBConfig:
                                  # held_out excesses enter only as "above the (m+1)-th"
     count_min: int = 5
     count_test: float = 0.01     # 0: off
+    cluster: str = "gpd"         # "off"; "atoms": top scores the bulk tail rejects are counted
+                                 # exactly, the bulk fitted without them; "gpd": and given a GPD
+                                 # tail of their own (threshold at the bulk's top point)
     draws: int = 16              # > 0: posterior draws of x (shape quantiles, shared by a query's
                                  # positives), so predictions average the metric over them; 0: none
 
@@ -67,6 +71,8 @@ class EBConfig:
             raise InvalidArgumentError(f"k_top must be at least 10, got {self.k_top}")
         if not 0.0 <= self.xi_max <= 1.0:
             raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {self.xi_max}")
+        if self.cluster not in ("off", "atoms", "gpd"):
+            raise InvalidArgumentError(f"cluster must be off, atoms or gpd, got {self.cluster!r}")
         if self.shape_fit not in ("full", "censored"):
             raise InvalidArgumentError(f"shape_fit must be full or censored, got {self.shape_fit!r}")
         if self.held_out < 1:
@@ -133,8 +139,74 @@ def tail_candidate(top, n_exc: int, held_out: int, grid, shape_fit: str = "full"
     if shape_fit == "censored":
         prior = fit_shape_prior(ll_t, grid)
         sig, post = sig_t, shape_posterior(ll_t, prior)
-    return {"u": u, "exc": exc, "sigma": sig, "post": post, "prior": prior,
+    return {"u": u, "exc": exc, "sigma": sig, "post": post, "prior": prior, "ll": ll,
             "n_u": np.sum(~np.isnan(exc), axis=1), "score": score}
+
+
+def _censor_top(exc, m):
+    """Excesses with each row's top m[q] removed and recorded as censored at the (m+1)-th."""
+    cols = np.arange(exc.shape[1])[None, :]
+    train = np.where(cols < m[:, None], np.nan, exc)
+    at = np.nan_to_num(np.take_along_axis(exc, np.minimum(m, exc.shape[1] - 1)[:, None], axis=1)[:, 0], nan=0.0)
+    return train, at
+
+
+def cluster_size(exc, n_u, grid, alpha: float):
+    """Per query, the number c of top excesses that the bulk tail rejects: the bulk GPD is fitted
+    on the lower half of the excesses (the upper half censored, so a cluster of up to n/2 points
+    cannot shape it), and c is the largest j <= n/2 whose count is too many for it,
+    P(Poisson(n_u E_post S(y_j)) >= j) < alpha."""
+    from scipy.special import pdtrc
+    half = np.maximum(n_u // 2, 1)
+    train, at = _censor_top(exc, half)
+    sig, ll = shape_profile(train, grid, censored=half.astype(np.float64), censor_at=at)
+    post = shape_posterior(ll, fit_shape_prior(ll, grid))
+    h = int(half.max())
+    y = np.nan_to_num(exc[:, :h], nan=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sf = np.exp(gpd_logsf(y[:, :, None], grid[None, None, :], sig[:, None, :]))     # (Q, h, G)
+    lam = n_u[:, None] * np.einsum("qjg,qg->qj", sf, post)
+    j = np.arange(1, h + 1)[None, :]
+    with np.errstate(divide="ignore"):
+        lp = np.where(j <= half[:, None], np.log(pdtrc(j - 1, lam)), np.inf)
+    b = np.argmin(lp, axis=1)                    # the rank whose excess count is most significant
+    return np.where(lp[np.arange(lp.shape[0]), b] < np.log(alpha / half), b + 1, 0)   # Bonferroni over the ranks
+
+
+def with_cluster(cand, top, grid, alpha: float, mode: str):
+    """Split a candidate's excesses into the bulk and a cluster of top points it rejects; the
+    bulk posterior (and the prior shared across queries) come from the excesses with the cluster
+    censored. Queries without a cluster keep their full-data likelihood."""
+    exc, n_u = cand["exc"], cand["n_u"]
+    c = cluster_size(exc, n_u, grid, alpha)
+    if mode == "gpd":
+        c = np.where(c // CLUSTER_PART >= 2, c, 0)      # split only a cluster with a tail to fit
+    has = c > 0
+    ll, sig = cand["ll"].copy(), cand["sigma"].copy()
+    if has.any():
+        # the bulk's excesses are the others, all observed (the cluster is not bulk, so "c points
+        # above" is no information on the bulk's tail)
+        train, _ = _censor_top(exc[has], c[has])
+        sig[has], ll[has] = shape_profile(train, grid)
+    prior = fit_shape_prior(ll, grid)
+    out = {**cand, "sigma": sig, "ll": ll, "post": shape_posterior(ll, prior), "prior": prior, "cluster": c}
+    if mode == "gpd":
+        # the cluster's own tail: a GPD over its upper half (threshold u_c at its (h+1)-th point,
+        # h = c // 2 excesses), shape prior fitted across the queries with h >= 2
+        h = c // CLUSTER_PART
+        rows = np.flatnonzero(h >= 2)
+        u_c = np.take_along_axis(top, h[:, None], axis=1)[:, 0]
+        csig = np.ones((exc.shape[0], grid.size))
+        cpost = np.zeros((exc.shape[0], grid.size))
+        if rows.size:
+            w = int(h[rows].max())
+            ce = top[rows, :w] - u_c[rows, None]
+            ce = np.where(np.arange(w)[None, :] < h[rows, None], np.maximum(ce, 1e-12), np.nan)
+            cs, cl = shape_profile(ce, grid)
+            cpost[rows] = shape_posterior(cl, fit_shape_prior(cl, grid))
+            csig[rows] = cs
+        out.update(u_c=u_c, c_sigma=csig, c_post=cpost)
+    return out
 
 
 def _gpd_logpdf(y, xi, sigma):
@@ -146,6 +218,32 @@ def _gpd_logpdf(y, xi, sigma):
     return np.where(z <= -1.0, -np.inf, out)
 
 
+def _cluster_part(c, ss, pq, grid, levels):
+    """The cluster's share of the tail probability at each positive, (P,) or (P, D) draws: its
+    points at or above the positive / S (atoms), and with a cluster GPD, above the cluster's
+    middle u_c, (h / S) times the GPD's survival instead."""
+    s = ss.n_sampled[pq].astype(np.float64)
+    ncl = c["cluster"][pq]
+    top = ss.top_scores[pq]
+    k = np.arange(top.shape[1])[None, :]
+    atoms = np.sum((top >= ss.pos_scores[:, None]) & (k < ncl[:, None]), axis=1) / s
+    d = 1 if levels is None else levels.size
+    out = np.repeat(atoms[:, None], d, axis=1)
+    if "u_c" in c:
+        h = ncl // CLUSTER_PART
+        beyond = (h >= 2) & (ss.pos_scores > c["u_c"][pq])
+        y = np.maximum(ss.pos_scores - c["u_c"][pq], 0.0)
+        if levels is None:
+            sf = np.exp(gpd_logsf(y[:, None], grid[None, :], c["c_sigma"][pq]))
+            tail = np.sum(c["c_post"][pq] * sf, axis=1)[:, None]
+        else:
+            cum = np.cumsum(c["c_post"], axis=1)
+            g = np.minimum((cum[:, None, :] < levels[None, :, None]).sum(axis=2), grid.size - 1)[pq]
+            tail = np.exp(gpd_logsf(y[:, None], grid[g], np.take_along_axis(c["c_sigma"][pq], g, axis=1)))
+        out = np.where(beyond[:, None], (h / s)[:, None] * tail, out)
+    return out[:, 0] if levels is None else out
+
+
 def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessEstimate:
     config.check()
     k_top = min(config.k_top, ss.k)
@@ -154,6 +252,8 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     grid = shape_grid(config.xi_max)
     sizes = candidate_sizes(k_top, config.q, held_out)
     cands = [tail_candidate(top, n, held_out, grid, config.shape_fit) for n in sizes]
+    if config.cluster != "off":
+        cands = [with_cluster(c, top, grid, config.count_test or 0.01, config.cluster) for c in cands]
     scores = np.stack([c["score"] for c in cands], axis=1)              # (Q, T)
     fin = np.isfinite(scores)
     best = np.where(fin, scores, -np.inf).max(axis=1, keepdims=True)
@@ -169,9 +269,13 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     x_draws = np.zeros((ss.n_positives, d))
     for t, c in enumerate(cands):
         y = np.maximum(ss.pos_scores - c["u"][pq], 0.0)
-        p_u = c["n_u"][pq] / s[pq]
+        ncl = c["cluster"][pq] if "cluster" in c else np.zeros(pq.size)
+        p_u = (c["n_u"][pq] - ncl) / s[pq]
         sf = np.exp(gpd_logsf(y[:, None], grid[None, :], c["sigma"][pq]))            # (P, G)
         x_tail += w[pq, t] * p_u * np.sum(c["post"][pq] * sf, axis=1)
+        if "cluster" in c:
+            x_cl = _cluster_part(c, ss, pq, grid, None)
+            x_tail += w[pq, t] * x_cl
         if d:
             # draw j: the shape at the posterior's level (j + 1/2) / D, the same for every positive
             # of the query (grid descending in xi, so the cumulative weight runs heavy -> light)
@@ -180,6 +284,8 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
             gp = g[pq]
             sd = np.exp(gpd_logsf(y[:, None], grid[gp], np.take_along_axis(c["sigma"][pq], gp, axis=1)))
             x_draws += w[pq, t][:, None] * p_u[:, None] * sd
+            if "cluster" in c:
+                x_draws += w[pq, t][:, None] * _cluster_part(c, ss, pq, grid, levels)
     counts = ss.pos_counts
     x = counts / s[pq]
     use_count = counts >= config.count_min
@@ -200,6 +306,8 @@ def estimate_evt_eb(ss: SampleStats, config: EBConfig = DEFAULT_EB) -> HardnessE
     tail = {"u": u_main, "n_u": np.stack([c["n_u"] for c in cands], axis=1)[rows, main].astype(np.float64),
             "xi": xi_mean,
             "threshold_weight": w.max(axis=1)}
+    if "cluster" in cands[0]:     # near-duplicate points split off at the main threshold
+        tail["cluster"] = np.stack([c["cluster"] for c in cands], axis=1)[rows, main].astype(np.float64)
     for t, (n, c) in enumerate(zip(sizes, cands)):
         tail[f"weight_n{n}"] = w[:, t]
     params = {**asdict(config), "k_top": k_top, "held_out": held_out,

@@ -18,7 +18,7 @@ from rscale.errors import InvalidArgumentError
 
 HARDNESS_METHODS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 METHODS = HARDNESS_METHODS + CURVE_METHODS
-DEFAULT_METHOD = "evt"
+DEFAULT_METHOD = "evt-eb"
 
 
 def _evt_config(base: EVTConfig, params: dict) -> EVTConfig:
