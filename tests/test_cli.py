@@ -279,3 +279,18 @@ def test_estimate_help_names_every_estimator(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for method in HARDNESS_METHODS:
         assert method in text.replace("│", " "), method
+
+
+def test_the_pipeline_demo_names_the_estimator_that_answered(capsys):
+    # regression: the column header said "evt" whatever estimator the registry's rows came from
+    # (evt-eb is the default since stop 14)
+    from rscale.cli.querying import _print_pipeline_demo
+
+    row = {"query": "mAP@1000 at N=1e8 for sim_x", "version": "v1", "S": 5000, "truth": 0.5,
+           "truth_kind": "simulated, exact", "predicted": 0.51, "ci_low": 0.49, "ci_high": 0.53,
+           "evaluate_at_s": 0.6, "count": 0.55, "estimator": "evt-eb"}
+    _print_pipeline_demo([row], "registry")
+    out = capsys.readouterr().out
+    assert "evt-eb [95% CI]" in out
+    _print_pipeline_demo([row, {**row, "estimator": "evt-paper"}], "registry")
+    assert "evt-eb, evt-paper [95% CI]" in capsys.readouterr().out

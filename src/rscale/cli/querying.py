@@ -212,7 +212,8 @@ def _print_pipeline_demo(rows, registry) -> None:
     table = Table(title=f"rscale query answers from {registry} next to the exact value")
     table.caption = ("exact: the simulator's exact realised value, or the full pool scored by the same engine; "
                      "evaluate-at-S: the metric on the sample alone; count: hardness c/S extrapolated")
-    for c in ("query", "S", "exact value", "evt [95% CI] (error)", "evaluate-at-S", "count"):
+    estimators = ", ".join(sorted({str(r["estimator"]) for r in rows})) or "prediction"   # what answered, not a name fixed here
+    for c in ("query", "S", "exact value", f"{estimators} [95% CI] (error)", "evaluate-at-S", "count"):
         table.add_column(c, no_wrap=c != "query")
     for r in rows:
         table.add_row(f"{r['query']} ({r['version']})", f"{r['S']:,}", f"{r['truth']:.4f} ({r['truth_kind']})",
