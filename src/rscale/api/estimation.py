@@ -31,8 +31,8 @@ def estimator_params(method: str, params=()) -> dict:
             from rscale.core.estimators.evt_config import DEFAULT
             from rscale.core.estimators.methods import evt_config as config_of
         else:
-            from rscale.core.estimators.evt_eb import DEFAULT_EB as DEFAULT
-            from rscale.core.estimators.evt_eb import eb_config as config_of
+            from rscale.core.estimators.methods import DEFAULT_EB as DEFAULT    # through the dispatch table,
+            from rscale.core.estimators.methods import eb_config as config_of   # not evt-eb's own module
         for key, value in kwargs.items():
             if not hasattr(DEFAULT, key):
                 continue                                   # evt_config names the unknown ones

@@ -12,7 +12,8 @@ from dataclasses import fields, replace
 from rscale.core.estimators.count import estimate_count
 from rscale.core.estimators.curves import CURVE_METHODS, estimate_curve
 from rscale.core.estimators.evt import DEFAULT, EVTConfig, estimate_evt, estimate_evt_paper
-from rscale.core.estimators.evt_eb import EBConfig, eb_config, estimate_evt_eb
+# DEFAULT_EB: re-exported for callers that type-check -p values (api.estimation), so none imports evt_eb itself
+from rscale.core.estimators.evt_eb import DEFAULT_EB, EBConfig, eb_config, estimate_evt_eb  # noqa: F401
 from rscale.core.estimators.sdm import estimate_sdm
 from rscale.errors import InvalidArgumentError
 
