@@ -275,6 +275,15 @@ class MixtureLaw(_PerQuery):
 FAMILIES = ("bounded", "gaussian", "neardup", "scalemix", "shoulder", "logistic", "student", "bigdup")
 
 
+def _near_duplicates(rng, n_queries: int, *, weight, z, sd) -> NearDupLaw:
+    """A Gaussian bulk plus a near-duplicate cluster of log-uniform ``weight``, centred ``z`` bulk
+    sds above the bulk's centre with its own sd drawn from ``sd`` (ranges per query)."""
+    bulk = GaussianLaw(rng.uniform(0.05, 0.2, n_queries), rng.uniform(0.05, 0.07, n_queries))
+    w = np.exp(rng.uniform(np.log(weight[0]), np.log(weight[1]), n_queries))
+    centre = bulk.mu + rng.uniform(z[0], z[1], n_queries) * bulk.sigma
+    return NearDupLaw(bulk, w, GaussianLaw(centre, rng.uniform(sd[0], sd[1], n_queries)))
+
+
 def draw_laws(family: str, n_queries: int, rng: np.random.Generator):
     """Per-query parameters for one family, spread like cosine-similarity score laws.
 
@@ -291,18 +300,11 @@ def draw_laws(family: str, n_queries: int, rng: np.random.Generator):
     if family == "gaussian":
         return GaussianLaw(rng.uniform(0.05, 0.25, n_queries), rng.uniform(0.05, 0.075, n_queries))
     if family == "neardup":
-        bulk = GaussianLaw(rng.uniform(0.05, 0.2, n_queries), rng.uniform(0.05, 0.07, n_queries))
-        w = np.exp(rng.uniform(np.log(1e-7), np.log(1e-5), n_queries))
         # The cluster sits where the bulk's survival is ~1e-9..1e-12: invisible to the bulk.
-        z = rng.uniform(6.0, 7.0, n_queries)
-        cluster = GaussianLaw(bulk.mu + z * bulk.sigma, rng.uniform(0.02, 0.04, n_queries))
-        return NearDupLaw(bulk, w, cluster)
+        return _near_duplicates(rng, n_queries, weight=(1e-7, 1e-5), z=(6.0, 7.0), sd=(0.02, 0.04))
     if family == "bigdup":
-        bulk = GaussianLaw(rng.uniform(0.05, 0.2, n_queries), rng.uniform(0.05, 0.07, n_queries))
-        w = np.exp(rng.uniform(np.log(1e-6), np.log(1e-4), n_queries))
-        z = rng.uniform(5.0, 6.5, n_queries)
-        cluster = GaussianLaw(bulk.mu + z * bulk.sigma, rng.uniform(0.01, 0.025, n_queries))
-        return NearDupLaw(bulk, w, cluster)
+        # Larger (weight 1e-6..1e-4), tighter clusters nearer the bulk.
+        return _near_duplicates(rng, n_queries, weight=(1e-6, 1e-4), z=(5.0, 6.5), sd=(0.01, 0.025))
     if family == "scalemix":
         # 4 components, one centre; sds grow by r per component, weights fall by rho per component
         mu = rng.uniform(0.05, 0.2, n_queries)
