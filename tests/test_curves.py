@@ -20,12 +20,11 @@ REALSET_1PCT = Path(__file__).resolve().parents[1] / "benchmarks/realset/data/dr
 @pytest.fixture(scope="module")
 def short_list():
     """500 queries, S = K = 200: every sampled distractor is in the top list (as on realset at 1%)."""
-    bench = sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=500), seed=6)
-    return bench, sim.sample(bench, 200, k=200, seed=6)
+    return sim.sample(sim.simulate(replace(PRESETS["sim_gaussian"], n_queries=500), seed=6), 200, k=200, seed=6)
 
 
 def test_every_curve_runs_on_a_top_list_as_long_as_the_sample(short_list):
-    _bench, ss = short_list
+    ss = short_list
     with pytest.raises(InvalidArgumentError):          # what failed: a chain of default sub-samples
         cur = ss
         for i in range(1, 5):
@@ -39,8 +38,7 @@ def test_every_curve_runs_on_a_top_list_as_long_as_the_sample(short_list):
 
 
 def test_the_count_only_sub_samples_are_exact_nested_thinnings(short_list):
-    _bench, ss = short_list
-    cur, prev = ss, ss
+    ss = prev = short_list
     for i in range(1, 5):
         cur = subsample(prev, 0.5, seed=10 + i, k=0)
         assert cur.k == 0
