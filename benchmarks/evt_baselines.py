@@ -5,8 +5,9 @@ bit-identical.
 The reference commit's `src/` is extracted with `git archive` into a temporary folder; each code
 version estimates, in its own interpreter, the same sample-stats files (simulator samples of four
 tail families written once here, and committed real-set draws); the script prints, per sample and
-method, the largest |difference| of x, whether the rules agree, and the largest |difference| of
-every stored tail-fit column. Exit status 1 when anything differs.
+method, the largest |difference| of x, whether the rules agree, the largest |difference| of
+every stored tail-fit column, and of the re-estimates `rscale estimate` stores with them (4
+half-sample replicates and the back-test's quarter shares, through the stored parameters). Exit status 1 when anything differs.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/evt_baselines.py [--ref 39d6b08] [--quick]
 """
@@ -40,7 +41,9 @@ REAL_SAMPLES = ("benchmarks/realset/data/draw-05pct-0.sample_stats.parquet",
 WORKER = r"""
 import json, sys
 import numpy as np
+from rscale.core.backtest import backtest_hardness
 from rscale.core.estimators.methods import estimate
+from rscale.core.replicates import hardness_replicates
 from rscale.store.sample_stats_file import read_sample_stats
 paths, methods, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 arrays = {}
@@ -52,6 +55,9 @@ for i, p in enumerate(paths):
         arrays[f"{i}/{m}/rule"] = est.rule.astype(str)
         for k, v in est.tail.items():
             arrays[f"{i}/{m}/tail/{k}"] = np.asarray(v, dtype=np.float64)
+        # what rscale estimate stores besides x: re-estimates through the stored params
+        arrays[f"{i}/{m}/replicates"] = hardness_replicates(ss, method=m, params=est.params, splits=2)
+        arrays[f"{i}/{m}/backtest"] = backtest_hardness(ss, method=m, params=est.params)[0]
 np.savez(out, **arrays)
 """
 
@@ -106,7 +112,7 @@ def main(argv=None) -> int:
         new = _run(ROOT / "src", paths, tmp / "new.npz")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     print(f"reference {args.ref} vs working tree at {commit} (uncommitted edits included)")
-    print(f"{'sample':34s} {'method':10s} {'max |dx|':>9s} {'rules':>6s} {'max |d tail|':>12s}  rules (positives)")
+    print(f"{'sample':34s} {'method':10s} {'max |dx|':>9s} {'rules':>6s} {'max |d tail|':>12s} {'max |d reps|':>12s}  rules (positives)")
     same = True
     for i, (name, _) in enumerate(samples):
         for m in METHODS:
@@ -116,7 +122,8 @@ def main(argv=None) -> int:
             cols_ref = sorted(k for k in ref if k.startswith(key + "tail/"))
             cols_new = sorted(k for k in new if k.startswith(key + "tail/"))
             dt = max((_max_diff(ref[c], new[c]) for c in cols_ref if c in new), default=0.0)
-            identical = (dx == 0.0 and rules and dt == 0.0 and cols_ref == cols_new
+            dr = max(_max_diff(ref[key + w], new[key + w]) for w in ("replicates", "backtest"))
+            identical = (dx == 0.0 and dr == 0.0 and rules and dt == 0.0 and cols_ref == cols_new
                          and all(np.array_equal(ref[c], new[c], equal_nan=True) for c in cols_ref))
             same &= identical
             shares = dict(zip(*np.unique(new[key + "rule"], return_counts=True)))
@@ -124,7 +131,7 @@ def main(argv=None) -> int:
                 shares["gof refit (queries)"] = int(new[key + "tail/gof_refit"].sum())
             names = ", ".join(f"{r} {int(c)}" for r, c in shares.items())
             extra = "" if cols_ref == cols_new else " (tail columns differ)"
-            print(f"{name:34s} {m:10s} {dx:9.2e} {'same' if rules else 'DIFF':>6s} {dt:12.2e}  {names}{extra}")
+            print(f"{name:34s} {m:10s} {dx:9.2e} {'same' if rules else 'DIFF':>6s} {dt:12.2e} {dr:12.2e}  {names}{extra}")
     print("bit-identical" if same else "DIFFERENT")
     return 0 if same else 1
 

@@ -4,8 +4,6 @@ from scipy import optimize, stats
 
 from rscale.core.gpd import anderson_darling, gpd_loglik, gpd_logsf
 
-from rscale.core.gpd_posterior import gpd_posterior
-
 from rscale.core.tailfit import fit_gpd
 from rscale.errors import InvalidArgumentError
 
@@ -95,18 +93,6 @@ def test_logsf_against_scipy():
     assert np.isneginf(gpd_logsf(np.array([0.2]), -0.4, 0.05))[0]
 
 
-def test_posterior_weights_and_calibration():
-    rng = np.random.default_rng(4)
-    xi = rng.uniform(-0.4, -0.05, 300)
-    y = stats.genpareto.rvs(xi[:, None], scale=0.03, size=(300, 200), random_state=rng)
-    post = gpd_posterior(y)
-    np.testing.assert_allclose(post.weight.sum(axis=1), 1.0)
-    mean = (post.weight * post.xi).sum(axis=1)
-    sd = np.sqrt((post.weight * (post.xi - mean[:, None]) ** 2).sum(axis=1))
-    cover = np.mean(np.abs(xi - mean) < 1.96 * sd)
-    assert 0.88 < cover < 0.99
-
-
 def test_bad_input():
     with pytest.raises(InvalidArgumentError, match="at least 2 excesses"):
         fit_gpd(np.array([[0.1, np.nan]]))
@@ -133,21 +119,26 @@ def test_scale_given_shape_matches_scipy_fit_with_the_shape_fixed():
         fit_sigma_given_xi(y, np.array([-1.2, 0, 0, 0, 0]))
 
 
-def test_pooled_shape_modes():
-    from rscale.core.estimators.shape_pooling import pooled_shape
-    from rscale.core.tailfit import fit_gpd
+def test_shrunk_shape_fit():
+    from rscale.core.estimators.shape_pooling import shrunk_shape_fit
+    from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi
 
     rng = np.random.default_rng(9)
     y = stats.genpareto.rvs(-0.2, scale=0.05, size=(300, 60), random_state=rng)
     fit = fit_gpd(y)
-    full = pooled_shape(y, fit, "full")
-    assert np.all(full.xi == np.median(fit.xi))
-    shrink = pooled_shape(y, fit, "shrink")
+    shrink = shrunk_shape_fit(y, fit)
     # one common shape plus noise: shrinkage pulls every query towards the median, never past it
     d_fit, d_shrink = fit.xi - np.median(fit.xi), shrink.xi - np.median(fit.xi)
     assert np.all(np.abs(d_shrink) <= np.abs(d_fit) + 1e-12) and np.all(d_shrink * d_fit >= 0)
     assert np.std(shrink.xi) < 0.7 * np.std(fit.xi)
-    assert np.all(full.loglik <= fit.loglik + 1e-6)              # the per-query MLE is the maximum
+    assert np.all(shrink.loglik <= fit.loglik + 1e-6)            # the per-query MLE is the maximum
+    # the weights by hand, one query at a time: w = tau^2 / (tau^2 + (1 + xi)^2 / n)
+    se2 = [(1 + x) ** 2 / 60 for x in fit.xi]
+    tau2 = max(np.var(fit.xi) - np.mean(se2), 1e-6)
+    for q in (0, 7, 299):
+        w = tau2 / (tau2 + se2[q])
+        assert shrink.xi[q] == pytest.approx(w * fit.xi[q] + (1 - w) * np.median(fit.xi), abs=1e-12)
+    np.testing.assert_allclose(shrink.sigma, fit_sigma_given_xi(y, shrink.xi))
 
 
 def test_anderson_darling_against_the_textbook_formula():
