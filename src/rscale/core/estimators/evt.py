@@ -78,7 +78,7 @@ def estimate_evt(ss: SampleStats, config: EVTConfig = DEFAULT, method: str | Non
     config.check()
     k_top = min(config.k_top, ss.k)
     u, exc = tail_threshold(ss.top_scores, k_top, config.q)
-    fit = fit_gpd(exc, xi_min=XI_MIN, xi_max=0.0)
+    fit = fit_gpd(exc, xi_min=XI_MIN)
     gof = None
     if config.gof_crit > 0:
         u, exc, fit, refit, ad = gof_threshold(ss.top_scores, k_top, config, u, exc, fit)

@@ -61,7 +61,7 @@ def gof_threshold(top: np.ndarray, k_top: int, config: EVTConfig, u, exc, fit):
         return u, exc, fit, refit, ad
     rows = np.flatnonzero(refit)
     u2, exc2 = tail_threshold(top[rows], k_top, 1.0 - (1.0 - config.q) * GOF_KEEP)
-    sub = fit_gpd(exc2, xi_min=XI_MIN, xi_max=0.0)
+    sub = fit_gpd(exc2, xi_min=XI_MIN)
     u = u.copy()
     u[rows] = u2
     width = max(exc.shape[1], exc2.shape[1])
