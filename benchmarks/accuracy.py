@@ -42,14 +42,8 @@ ESTIMATORS = [
     ("evt-paper (plugin)", "evt-paper", {}, "plugin"),
     ("evt-paper (expected)", "evt-paper", {}, "expected"),
     ("evt (default, plugin)", "evt", {}, "plugin"),
-    ("evt pool_xi=none (plugin)", "evt", {"pool_xi": "none"}, "plugin"),
-    ("evt gof_crit=0 (plugin)", "evt", {"gof_crit": 0.0}, "plugin"),
     ("evt (default, expected)", "evt", {}, "expected"),
-    ("evt posterior=True (expected)", "evt", {"posterior": True, "pool_xi": "none"}, "expected"),
-    ("evt endpoint=averaged (plugin)", "evt", {"endpoint": "averaged"}, "plugin"),
     ("evt q=0.98 (plugin)", "evt", {"q": 0.98}, "plugin"),
-    ("evt pool_xi=shrink (plugin)", "evt", {"pool_xi": "shrink"}, "plugin"),
-    ("evt pool_xi=full (plugin)", "evt", {"pool_xi": "full"}, "plugin"),
     # the hierarchical tail model (rscale.core.estimators.evt_eb): the realised metric's
     # expectation averaged over its posterior draws (posterior predictive); xi_max=0: bounded grid
     ("evt-eb (predictive, expected)", "evt-eb", {}, "expected"),
@@ -227,8 +221,7 @@ def run_one(spec, n, s, seed, b_boot=300):
     return truth, out
 
 
-EVT_ROWS = ("evt-paper (plugin)", "evt pool_xi=none (plugin)", "evt pool_xi=shrink (plugin)", "evt (default, plugin)",
-            "evt gof_crit=0 (plugin)") + EB_ROWS
+EVT_ROWS = ("evt-paper (plugin)", "evt (default, plugin)") + EB_ROWS
 CORE_ROWS = ("count", "sdm (skew-normal)", "evt-paper (plugin)", "evt (default, plugin)") + EB_ROWS
 
 

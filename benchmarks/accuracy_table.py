@@ -68,8 +68,7 @@ BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
 # digest leaves out the other estimators' own files (tests/test_accuracy_table.py checks that no
 # shared module imports them).
 OWN_FILES = {
-    "evt": ("core/estimators/evt.py", "core/estimators/shape_pooling.py", "core/estimators/hardness_posterior.py",
-            "core/gpd_posterior.py"),
+    "evt": ("core/estimators/evt.py", "core/estimators/shape_pooling.py"),
     "evt-eb": ("core/estimators/evt_eb.py", "core/gpd_eb.py"),
     "count": ("core/estimators/count.py",),
     "sdm": ("core/estimators/sdm.py",),

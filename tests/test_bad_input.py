@@ -144,6 +144,11 @@ ROWS = [
     ("estimate-param-not-number", ["estimate", SS, "-p", "q=abc", "-o", "new.parquet"], None,
      ["q=abc", "number"]),
     ("estimate-param-unknown", ["estimate", SS, "-p", "qq=0.9", "-o", "new.parquet"], None, ["qq"]),
+    # evt's experimental modes were removed (issue 14): the parameter, and what to use instead
+    ("estimate-evt-param-removed", ["estimate", SS, "-m", "evt", "-p", "pool_xi=shrink", "-o", "new.parquet"], None,
+     ["pool_xi", "-m evt-eb", "shape_average"]),
+    ("estimate-evt-posterior-removed", ["estimate", SS, "-m", "evt", "-p", "posterior=true", "-o", "new.parquet"],
+     None, ["posterior", "-m evt-eb"]),
     ("estimate-out-is-dir", ["estimate", SS, "-o", "adir"], None, ["--out adir", "folder", "file"]),
     ("predict-huge-cutoff", ["predict", H, "--metric", "mAP@99999999999999999999"], None,
      ["mAP@99999999999999999999", "cut-off"]),

@@ -4,8 +4,6 @@ from scipy import optimize, stats
 
 from rscale.core.gpd import anderson_darling, gpd_loglik, gpd_logsf
 
-from rscale.core.gpd_posterior import gpd_posterior
-
 from rscale.core.tailfit import fit_gpd
 from rscale.errors import InvalidArgumentError
 
@@ -31,34 +29,6 @@ def test_matches_scipy_constrained_fit_on_loglik():
     ref = np.array([_scipy_constrained(row) for row in y])
     assert np.all(fit.loglik >= ref - 1e-6), (fit.loglik - ref).min()
     np.testing.assert_allclose(gpd_loglik(y, fit.xi, fit.sigma), fit.loglik, rtol=1e-10)
-
-
-def test_heavy_tails_match_scipy_within_the_shape_cap():
-    # xi_max > 0: the fit may leave the bounded family; against scipy's likelihood maximised with
-    # xi in [-1, xi_max] (an independent optimiser), the batched fit is at least as good
-    rng = np.random.default_rng(5)
-    q, n, cap = 30, 200, 0.5
-    xi = rng.uniform(-0.3, 0.8, q)            # includes shapes beyond the cap
-    y = stats.genpareto.rvs(xi[:, None], scale=0.03, size=(q, n), random_state=rng)
-    fit = fit_gpd(y, xi_max=cap)
-    assert np.all(fit.xi <= cap + 1e-9) and (fit.xi > 0.05).sum() >= q // 3
-
-    def ref(row):
-        def nll(p):
-            return stats.genpareto.nnlf((p[0], 0, np.exp(p[1])), row)
-        rs = [optimize.minimize(nll, [c0, np.log(row.mean())], bounds=[(-1, cap), (-20, 5)], method="L-BFGS-B")
-              for c0 in (-0.2, 0.1, 0.4)]
-        return -min(r.fun for r in rs)
-
-    scipy_ll = np.array([ref(row) for row in y])
-    assert np.all(fit.loglik >= scipy_ll - 1e-6), (fit.loglik - scipy_ll).min()
-    np.testing.assert_allclose(gpd_loglik(y, fit.xi, fit.sigma), fit.loglik, rtol=1e-10)
-    # rows whose bounded fit is interior are unchanged; the cap is checked
-    bounded = fit_gpd(y)
-    inner = bounded.xi < -1e-9
-    np.testing.assert_allclose(fit.xi[inner], bounded.xi[inner])
-    with pytest.raises(InvalidArgumentError, match="xi_max"):
-        fit_gpd(y, xi_max=1.5)
 
 
 def test_recovers_known_parameters_on_average():
@@ -95,18 +65,6 @@ def test_logsf_against_scipy():
     assert np.isneginf(gpd_logsf(np.array([0.2]), -0.4, 0.05))[0]
 
 
-def test_posterior_weights_and_calibration():
-    rng = np.random.default_rng(4)
-    xi = rng.uniform(-0.4, -0.05, 300)
-    y = stats.genpareto.rvs(xi[:, None], scale=0.03, size=(300, 200), random_state=rng)
-    post = gpd_posterior(y)
-    np.testing.assert_allclose(post.weight.sum(axis=1), 1.0)
-    mean = (post.weight * post.xi).sum(axis=1)
-    sd = np.sqrt((post.weight * (post.xi - mean[:, None]) ** 2).sum(axis=1))
-    cover = np.mean(np.abs(xi - mean) < 1.96 * sd)
-    assert 0.88 < cover < 0.99
-
-
 def test_bad_input():
     with pytest.raises(InvalidArgumentError, match="at least 2 excesses"):
         fit_gpd(np.array([[0.1, np.nan]]))
@@ -133,21 +91,26 @@ def test_scale_given_shape_matches_scipy_fit_with_the_shape_fixed():
         fit_sigma_given_xi(y, np.array([-1.2, 0, 0, 0, 0]))
 
 
-def test_pooled_shape_modes():
-    from rscale.core.estimators.shape_pooling import pooled_shape
-    from rscale.core.tailfit import fit_gpd
+def test_shrunk_shape_fit():
+    from rscale.core.estimators.shape_pooling import shrunk_shape_fit
+    from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi
 
     rng = np.random.default_rng(9)
     y = stats.genpareto.rvs(-0.2, scale=0.05, size=(300, 60), random_state=rng)
     fit = fit_gpd(y)
-    full = pooled_shape(y, fit, "full")
-    assert np.all(full.xi == np.median(fit.xi))
-    shrink = pooled_shape(y, fit, "shrink")
+    shrink = shrunk_shape_fit(y, fit)
     # one common shape plus noise: shrinkage pulls every query towards the median, never past it
     d_fit, d_shrink = fit.xi - np.median(fit.xi), shrink.xi - np.median(fit.xi)
     assert np.all(np.abs(d_shrink) <= np.abs(d_fit) + 1e-12) and np.all(d_shrink * d_fit >= 0)
     assert np.std(shrink.xi) < 0.7 * np.std(fit.xi)
-    assert np.all(full.loglik <= fit.loglik + 1e-6)              # the per-query MLE is the maximum
+    assert np.all(shrink.loglik <= fit.loglik + 1e-6)            # the per-query MLE is the maximum
+    # the weights by hand, one query at a time: w = tau^2 / (tau^2 + (1 + xi)^2 / n)
+    se2 = [(1 + x) ** 2 / 60 for x in fit.xi]
+    tau2 = max(np.var(fit.xi) - np.mean(se2), 1e-6)
+    for q in (0, 7, 299):
+        w = tau2 / (tau2 + se2[q])
+        assert shrink.xi[q] == pytest.approx(w * fit.xi[q] + (1 - w) * np.median(fit.xi), abs=1e-12)
+    np.testing.assert_allclose(shrink.sigma, fit_sigma_given_xi(y, shrink.xi))
 
 
 def test_anderson_darling_against_the_textbook_formula():

@@ -2,8 +2,8 @@
 
 F(y) = 1 - (1 + xi y / sigma)^(-1/xi) for y >= 0 (exponential at xi = 0); for xi < 0 the support ends
 at -sigma / xi. Survival, log-likelihood and the Anderson-Darling statistic of NaN-padded rows of
-excesses (Q, n), one (xi, sigma) per row. Fitting lives in :mod:`rscale.core.tailfit`, the parameter
-posterior in :mod:`rscale.core.gpd_posterior`.
+excesses (Q, n), one (xi, sigma) per row. Fitting lives in :mod:`rscale.core.tailfit`, the
+hierarchical shape posterior in :mod:`rscale.core.gpd_eb`.
 
 Example: ``gpd_logsf(0.1, -0.2, 0.05)`` is log P(Y >= 0.1) under GPD(-0.2, 0.05).
 """

@@ -1,6 +1,6 @@
 """From a hardness estimate to per-query metric predictions at any N (pure numpy).
 
-An estimate with posterior ``draws`` (the ``evt`` estimator) predicts the per-query metric as the
+An estimate with posterior ``draws`` (the ``evt-eb`` estimator) predicts the per-query metric as the
 average over its draws, which integrates the hardness uncertainty through the metric; one without
 draws plugs its point hardness into the law.
 """

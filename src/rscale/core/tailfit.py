@@ -1,4 +1,4 @@
-"""Batched generalized-Pareto (GPD) fits with the shape restricted to xi in [xi_min, xi_max].
+"""Batched generalized-Pareto (GPD) fits with the shape restricted to xi in [xi_min, 0].
 
 GPD of excesses y >= 0 over a threshold: F(y) = 1 - (1 + xi y / sigma)^(-1/xi) (exponential at
 xi = 0); for xi < 0 the support ends at -sigma / xi (bounded cosine scores have such an endpoint).
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rscale.core.gpd import gpd_loglik
 from rscale.errors import InvalidArgumentError
 
 _GOLDEN = (np.sqrt(5.0) - 1.0) / 2.0
@@ -56,21 +55,14 @@ def _profile(y, theta, valid, n):
     return xi, ll
 
 
-def fit_gpd(y, xi_min: float = -1.0, xi_max: float = 0.0, grid: int = 48,
-            refine: int = 30) -> GPDFit:
-    """Fit a GPD to each row of excesses ``y`` (Q, n), NaN-padded; shape xi in [xi_min, xi_max].
-
-    xi_max = 0 is the estimator's constraint (bounded or exponential tails). xi_max in (0, 1]
-    also searches heavy tails (theta < 0) for the queries whose bounded fit sits at the
-    exponential boundary; an interior bounded optimum is kept as the unconstrained one (the
-    profile likelihood of GPD-like data is unimodal in theta; tests check the result against
-    scipy for shapes from -0.3 to 0.8). xi_min must be in [-1, 0).
+def fit_gpd(y, xi_min: float = -1.0, grid: int = 48, refine: int = 30) -> GPDFit:
+    """Fit a GPD to each row of excesses ``y`` (Q, n), NaN-padded; shape xi in [xi_min, 0]
+    (bounded or exponential tails: the tail-aware rules' constraint). xi_min must be in [-1, 0).
+    Heavy shapes (xi > 0) are the hierarchical tail model's (:mod:`rscale.core.gpd_eb`).
     """
     y = np.atleast_2d(np.asarray(y, dtype=np.float64))
     if not -1.0 <= xi_min < 0.0:
         raise InvalidArgumentError(f"xi_min must lie in [-1, 0), got {xi_min}")
-    if not 0.0 <= xi_max <= 1.0:
-        raise InvalidArgumentError(f"xi_max must lie in [0, 1], got {xi_max}")
     valid = ~np.isnan(y)
     if np.any(y[valid] < 0):
         raise InvalidArgumentError("excesses must be >= 0 (scores minus the threshold)")
@@ -132,49 +124,7 @@ def fit_gpd(y, xi_min: float = -1.0, xi_max: float = 0.0, grid: int = 48,
     with np.errstate(divide="ignore", invalid="ignore"):
         sigma = np.where(exp_fit, mean, -xi / theta)
     ll = np.where(exp_fit, ll0, ll)
-    if xi_max > 0.0 and exp_fit.any():
-        rows = np.flatnonzero(exp_fit)
-        h_xi, h_sigma, h_ll = _fit_heavy(yy[rows], valid[rows], n[rows], ymax[rows], xi_max, grid, refine)
-        # the constrained optimum may sit on xi = xi_max with its own best scale (off the profile curve)
-        cap = np.full(rows.size, xi_max)
-        c_sigma = fit_sigma_given_xi(y[rows], cap)
-        c_ll = gpd_loglik(y[rows], cap, c_sigma)
-        on_cap = c_ll > h_ll
-        h_xi, h_sigma, h_ll = np.where(on_cap, cap, h_xi), np.where(on_cap, c_sigma, h_sigma), np.maximum(c_ll, h_ll)
-        better = h_ll > ll[rows]
-        r = rows[better]
-        xi[r], sigma[r], ll[r] = h_xi[better], h_sigma[better], h_ll[better]
     return GPDFit(xi=xi, sigma=sigma, loglik=ll, n=n.astype(np.int64))
-
-
-def _fit_heavy(yy, valid, n, ymax, xi_max, grid, refine):
-    """Profile MLE over theta < 0 (xi in (0, xi_max]): grid in v = -theta * max(y), then golden
-    section on the bracket around the best grid point. Returns xi, sigma, loglik per row."""
-    v = np.geomspace(1e-4, 1e4, grid)
-
-    def f(vv):
-        xi, ll = _profile(yy, -np.maximum(vv, 1e-300) / ymax, valid, n)
-        return xi, np.where(xi <= xi_max, ll, -np.inf)
-
-    ll_grid = np.stack([f(np.full(n.size, vj))[1] for vj in v], axis=1)
-    j = np.argmax(ll_grid, axis=1)
-    v_ext = np.concatenate([[0.0], v, [v[-1] * 10.0]])
-    a, b = v_ext[j], v_ext[j + 2]
-    c = b - _GOLDEN * (b - a)
-    d = a + _GOLDEN * (b - a)
-    fc, fd = f(c)[1], f(d)[1]
-    for _ in range(refine):
-        left = fc >= fd
-        a = np.where(left, a, c)
-        b = np.where(left, d, b)
-        p = np.where(left, b - _GOLDEN * (b - a), a + _GOLDEN * (b - a))
-        fp = f(p)[1]
-        c, d, fc, fd = (np.where(left, p, d), np.where(left, c, p),
-                        np.where(left, fp, fd), np.where(left, fc, fp))
-    v_best = np.where(np.maximum(fc, fd) >= ll_grid[np.arange(n.size), j], np.where(fc >= fd, c, d), v[j])
-    theta = -np.maximum(v_best, 1e-300) / ymax
-    xi, ll = f(v_best)
-    return xi, -xi / theta, ll
 
 
 def fit_sigma_given_xi(y, xi, iterations: int = 80) -> np.ndarray:

@@ -9,14 +9,14 @@ positive at score s above u then has tail hardness
 
 (n_u / S estimates P(D >= u); the GPD extrapolates beyond it).
 
-``evt-paper`` (``EVTConfig(posterior=False)``, the published rule, kept exactly)
+``evt-paper`` (``PAPER``, the published rule, kept exactly)
     x = c / S when c >= ``count_min`` (5) sampled distractors beat the positive, else the tail
     value at the maximum-likelihood fit. Beyond the fitted endpoint u - sigma/xi the model says
     x = 0 (rule ``endpoint``): the positive is called immune at every N, although a large gallery
     can still beat it (20-30% of the paper's fits put the endpoint below some positive).
 
-``evt`` (rscale's default: the published rule plus a count test, tail-shape averaging and a
-goodness-of-fit threshold)
+``evt`` (``DEFAULT``, rscale's default before ``evt-eb``: the published rule plus a count test,
+tail-shape averaging and a goodness-of-fit threshold)
     Below ``count_min`` the paper ignores the positive's own count c and trusts the tail. But a
     GPD fitted above a finite threshold can miss structure further out: a cluster of
     near-duplicates above the threshold, seen by the positive as 1-4 sampled distractors that beat
@@ -26,16 +26,17 @@ goodness-of-fit threshold)
     the estimate is the paper's; on the near-duplicate family it halves the error at 2-5% samples
     (docs/benchmarks.md).
 
-    Tail-shape averaging (``pool_xi="average"``): a query's fitted shape has a standard error of
+    Tail-shape averaging (``shape_average``): a query's fitted shape has a standard error of
     about (1 + xi) / sqrt(n_u) ~ 0.07 at 200 excesses, and four decades beyond the threshold that
     noise spreads a positive's tail hardness over orders of magnitude (queries pinned at the
     exponential boundary xi = 0 overstate deep hardness, those fitted well below it call positives
-    immune). Shrinking every shape toward the across-query centre (:func:`pooled_shape`) removes
-    the noise but assumes the queries share a shape. Neither model is right on every family, so the
-    tail hardness is their equal-weight mixture, x = (x_own + x_shared) / 2 (the survival of a
-    50/50 mixture of the two tail models; beyond the endpoint only when both say so). Chosen on the
-    design and held-out scenario sets, where it lowered MAE on both, and then checked on two fresh
-    sets, one with two new families (docs/benchmarks.md); ``pool_xi="none"`` is the rule without it.
+    immune). Shrinking every shape toward the across-query centre
+    (:func:`~rscale.core.estimators.shape_pooling.shrunk_shape_fit`) removes the noise but assumes
+    the queries share a shape. Neither model is right on every family, so the tail hardness is
+    their equal-weight mixture, x = (x_own + x_shared) / 2 (the survival of a 50/50 mixture of the
+    two tail models; beyond the endpoint only when both say so). Chosen on the design and held-out
+    scenario sets, where it lowered MAE on both, and then checked on two fresh sets
+    (docs/benchmarks.md). ``evt-eb`` replaces this patch by a shape prior learned across queries.
 
     Goodness-of-fit threshold (``gof_crit`` = GOF_CRIT): a near-duplicate cluster sampled dozens
     of times is no outlier for the count test or the largest-excess test, but a single GPD through
@@ -43,22 +44,14 @@ goodness-of-fit threshold)
     cluster far harder than it is (-0.13 in mAP@1000 at 10% of 1e8 on one scenario). When a
     query's excesses fail an Anderson-Darling test against their own fit (A^2 > GOF_CRIT, a 1%
     test for GPD data) and its largest excess does not reject the fit, the tail is refitted on the
-    top quarter of the excesses (:func:`gof_threshold`). About 0.5% of queries are refitted on
-    smooth families, a third to a half on dense near-duplicate clusters; ``gof_crit=0`` keeps one
-    threshold for all (as the paper does), and the reported interval stretches to that prediction.
+    top quarter of the excesses (:func:`~rscale.core.estimators.tail_threshold.gof_threshold`).
+    About 0.5% of queries are refitted on smooth families, a third to a half on dense
+    near-duplicate clusters.
 
-Experimental options, measured and not adopted (docs/benchmarks.md keeps the figures):
-``endpoint="averaged"`` (beyond the endpoint, average the tail over the GPD parameter
-likelihood instead of x = 0) and ``posterior=True`` (a full Bayesian hardness posterior: GPD
-parameter likelihood x log-normal misspecification of ``tau_decades`` x the count's Poisson
-likelihood, stored as ``draws`` quantiles and integrated through the metric). Both remove the
-endpoint cut-off, which in isolation over-predicts, but raise hardness elsewhere more than they
-should on bounded tails. ``pool_xi`` ("shrink", "full": the shared shape alone,
-:func:`pooled_shape`) is better than per-query shapes on some scenarios and worse on others;
-the default averages the two (above). ``xi_max`` > 0 lifts the bounded-tail constraint (shapes
-up to that cap): not a default (cosine scores are bounded, and on the bounded and Gaussian
-families it makes tails too heavy), but the reported interval stretches to its prediction, since
-over the decades a sample sees some tails decay more slowly than any bounded GPD.
+Both are point estimates (no posterior draws). They stay as the baselines the hierarchical tail
+model (``evt-eb``, the default estimator) is measured against, with answers fixed:
+benchmarks/evt_baselines.py checks them against the code before their experimental modes were
+removed.
 """
 
 
@@ -69,12 +62,10 @@ from dataclasses import asdict
 import numpy as np
 
 from rscale.core.estimators.base import HardnessEstimate
-from rscale.core.estimators.evt_config import DEFAULT, PAPER, EVTConfig
-from rscale.core.estimators.hardness_posterior import posterior_hardness_draws
-from rscale.core.estimators.shape_pooling import pooled_shape
+from rscale.core.estimators.evt_config import DEFAULT, PAPER, XI_MIN, EVTConfig
+from rscale.core.estimators.shape_pooling import shrunk_shape_fit
 from rscale.core.estimators.tail_threshold import gof_threshold, tail_threshold
 from rscale.core.gpd import gpd_logsf
-from rscale.core.gpd_posterior import gpd_posterior
 from rscale.core.tailfit import fit_gpd
 from rscale.core.sample_stats import SampleStats
 
@@ -82,18 +73,18 @@ __all__ = ["DEFAULT", "PAPER", "EVTConfig", "estimate_evt", "estimate_evt_paper"
 
 
 def estimate_evt(ss: SampleStats, config: EVTConfig = DEFAULT, method: str | None = None) -> HardnessEstimate:
+    """Per-positive hardness by the tail-aware rule ``config`` (module docstring); ``method``
+    labels the estimate (default: ``evt-paper`` for ``PAPER``, else ``evt``)."""
     config.check()
     k_top = min(config.k_top, ss.k)
     u, exc = tail_threshold(ss.top_scores, k_top, config.q)
-    fit = fit_gpd(exc, xi_min=config.xi_min, xi_max=config.xi_max)
+    fit = fit_gpd(exc, xi_min=XI_MIN)
     gof = None
     if config.gof_crit > 0:
         u, exc, fit, refit, ad = gof_threshold(ss.top_scores, k_top, config, u, exc, fit)
         gof = {"ad": ad, "gof_refit": refit.astype(np.float64)}
     n_u = np.sum(~np.isnan(exc), axis=1)
-    shared = pooled_shape(exc, fit, "shrink") if config.pool_xi == "average" else None
-    if config.pool_xi in ("shrink", "full"):
-        fit = pooled_shape(exc, fit, config.pool_xi)
+    shared = shrunk_shape_fit(exc, fit) if config.shape_average else None
     pq = ss.positive_query()
     s = ss.n_sampled.astype(np.float64)
     y = ss.pos_scores - u[pq]
@@ -106,43 +97,26 @@ def estimate_evt(ss: SampleStats, config: EVTConfig = DEFAULT, method: str | Non
         tail.update(gof)
     params = {**asdict(config), "k_top": k_top}
     x = ss.pos_counts / s[pq]
-    if not config.posterior:
-        log_x = log_pu + gpd_logsf(y, fit.xi[pq], fit.sigma[pq])
-        beyond = np.isneginf(log_x) & (y > 0)
-        x_tail = np.exp(log_x)
-        if config.endpoint == "averaged" and beyond.any():
-            post = gpd_posterior(exc, xi_min=config.xi_min)
-            b = np.flatnonzero(beyond)
-            sf = np.exp(gpd_logsf(y[b, None], post.xi[pq[b]], post.sigma[pq[b]]))
-            x_tail[b] = np.exp(log_pu[b]) * np.sum(post.weight[pq[b]] * sf, axis=1)
-        if shared is not None:  # the equal-weight average of the two tail models' survivals
-            x_tail = 0.5 * (x_tail + np.exp(log_pu + gpd_logsf(y, shared.xi[pq], shared.sigma[pq])))
-            beyond &= x_tail == 0
-        use_count = (ss.pos_counts >= config.count_min) | (y <= 0)
-        if config.count_test > 0:
-            from scipy.special import pdtrc  # P(Poisson(lam) > c - 1) = P(C >= c)
-            lam = s[pq] * x_tail
-            c = ss.pos_counts
-            rejected = (c >= 1) & (pdtrc(c - 1, lam) < config.count_test) & ~use_count
-            use_count |= rejected
-        else:
-            rejected = np.zeros(x.size, dtype=bool)
-        x = np.where(use_count, x, x_tail)
-        rule = np.where(rejected, "count-test", np.where(use_count, "count", np.where(beyond, "endpoint", "tail")))
-        return HardnessEstimate(method=method or "evt-paper", x=x, offsets=ss.pos_offsets, rule=rule,
-                                n_sampled=ss.n_sampled.copy(), params=params, tail=tail)
-
-    post = gpd_posterior(exc, xi_min=config.xi_min)
-    idx = np.flatnonzero(y > 0)
-    draws = np.repeat(x[:, None], config.draws, axis=1)
-    draws[idx] = posterior_hardness_draws(
-        ss.pos_counts[idx], s[pq][idx], log_pu[idx], y[idx], post.xi[pq[idx]], post.sigma[pq[idx]],
-        post.weight[pq[idx]], config.tau_decades * np.log(10.0), config.draws)
-    x = np.median(draws, axis=1)
-    rule = np.where(y > 0, "tail", "count")
-    tail["xi_posterior_mean"] = np.sum(post.weight * post.xi, axis=1)
-    return HardnessEstimate(method=method or "evt", x=x, offsets=ss.pos_offsets, rule=rule,
-                            n_sampled=ss.n_sampled.copy(), params=params, tail=tail, draws=draws)
+    log_x = log_pu + gpd_logsf(y, fit.xi[pq], fit.sigma[pq])
+    beyond = np.isneginf(log_x) & (y > 0)
+    x_tail = np.exp(log_x)
+    if shared is not None:  # the equal-weight average of the two tail models' survivals
+        x_tail = 0.5 * (x_tail + np.exp(log_pu + gpd_logsf(y, shared.xi[pq], shared.sigma[pq])))
+        beyond &= x_tail == 0
+    use_count = (ss.pos_counts >= config.count_min) | (y <= 0)
+    if config.count_test > 0:
+        from scipy.special import pdtrc  # P(Poisson(lam) > c - 1) = P(C >= c)
+        lam = s[pq] * x_tail
+        c = ss.pos_counts
+        rejected = (c >= 1) & (pdtrc(c - 1, lam) < config.count_test) & ~use_count
+        use_count |= rejected
+    else:
+        rejected = np.zeros(x.size, dtype=bool)
+    x = np.where(use_count, x, x_tail)
+    rule = np.where(rejected, "count-test", np.where(use_count, "count", np.where(beyond, "endpoint", "tail")))
+    return HardnessEstimate(method=method or ("evt-paper" if config == PAPER else "evt"), x=x,
+                            offsets=ss.pos_offsets, rule=rule, n_sampled=ss.n_sampled.copy(), params=params,
+                            tail=tail)
 
 
 def estimate_evt_paper(ss: SampleStats) -> HardnessEstimate:

@@ -1,11 +1,13 @@
-"""Where each query's tail starts: the threshold, its excesses, the largest-excess test and the
-goodness-of-fit rule that raises the threshold of queries whose GPD fails an Anderson-Darling test."""
+"""Where each query's tail starts, for ``evt`` and ``evt-paper``: the threshold and its excesses,
+the largest-excess test (also registration's rejected-tail check,
+:mod:`rscale.core.estimators.rejected_tails`), and ``evt``'s goodness-of-fit rule that raises the
+threshold of queries whose GPD fails an Anderson-Darling test."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rscale.core.estimators.evt_config import GOF_KEEP, REJECT_LEVEL, EVTConfig
+from rscale.core.estimators.evt_config import GOF_KEEP, REJECT_LEVEL, XI_MIN, EVTConfig
 from rscale.core.gpd import anderson_darling, gpd_logsf
 from rscale.core.tailfit import GPDFit, fit_gpd
 from rscale.errors import InvalidArgumentError
@@ -45,8 +47,8 @@ def gof_threshold(top: np.ndarray, k_top: int, config: EVTConfig, u, exc, fit):
 
     A query whose excesses the fitted GPD does not describe (A^2 > ``config.gof_crit``) is refitted
     on the top ``GOF_KEEP`` share of its excesses (threshold quantile 1 - (1 - q) GOF_KEEP), unless
-    its largest excess alone rejects the fit (those are the count test's and the rejected-tail
-    alternative's business: a cluster seen as a few outlying scores). The typical case is a
+    its largest excess alone rejects the fit (that is the count test's business: a cluster seen as
+    a few outlying scores). The typical case is a
     near-duplicate cluster sampled many times: a single GPD through bulk and cluster is pinned at
     xi = 0 with a large scale, and calls every positive above the cluster far harder than it is.
     Returns (u, exc, fit, refit flags, A^2 at the first threshold).
@@ -59,7 +61,7 @@ def gof_threshold(top: np.ndarray, k_top: int, config: EVTConfig, u, exc, fit):
         return u, exc, fit, refit, ad
     rows = np.flatnonzero(refit)
     u2, exc2 = tail_threshold(top[rows], k_top, 1.0 - (1.0 - config.q) * GOF_KEEP)
-    sub = fit_gpd(exc2, xi_min=config.xi_min, xi_max=config.xi_max)
+    sub = fit_gpd(exc2, xi_min=XI_MIN)
     u = u.copy()
     u[rows] = u2
     width = max(exc.shape[1], exc2.shape[1])
