@@ -225,7 +225,7 @@ def _window_inputs(rng, rows, p, n):
 def test_window_sum_gives_the_per_term_reference_bit_for_bit(n, precision, chunk, monkeypatch):
     from rscale.core import law
     if chunk:                                 # many blocks per group of windows
-        monkeypatch.setattr(law, "_CHUNK_TERMS", chunk)
+        monkeypatch.setattr(law, "_BLOCK_TERMS", chunk)
     rng = np.random.default_rng(int(n) % 97 + precision)
     x, j = _window_inputs(rng, 6, 900, n)
     for m_max in (np.full(x.shape, 1e9), 1000 - j, 40 - j, rng.integers(-2, 60, x.shape).astype(np.float64)):
