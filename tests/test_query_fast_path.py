@@ -241,11 +241,46 @@ def test_window_sum_gives_the_per_term_reference_bit_for_bit(n, precision, chunk
 
 @pytest.mark.parametrize("metric,k", [("AP", 1000), ("AP", 100), ("AP", None), ("Recall", 50), ("R", 10),
                                       ("RR", 1000), ("RR", None)])
-def test_expected_mode_of_a_stack_with_repeated_rows_equals_one_row_at_a_time(metric, k):
+def test_expected_mode_of_a_stack_with_repeated_rows_equals_one_row_at_a_time(metric, k, monkeypatch):
     from rscale.core import law
+    monkeypatch.setattr(law, "_STACK_BLOCK", 500)    # a stack larger than a block: before, evaluated in blocks
     rng = np.random.default_rng(11)
     off = np.concatenate([[0], np.cumsum(rng.integers(1, 9, 300))])
     x, _ = _window_inputs(rng, 8, int(off[-1]), 1e7)
     stack = law.per_query(law.Hardness.from_flat(x, off), metric, 1e7, k, "expected")
     rows = np.stack([law.per_query(law.Hardness.from_flat(r, off), metric, 1e7, k, "expected") for r in x])
     np.testing.assert_array_equal(stack, rows)
+    # laid out as the blocks' concatenation was (C order): a mean over the rows (the point over
+    # posterior draws) adds in the same order, to the same bits
+    assert stack.flags.c_contiguous
+
+
+def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_path, ss, monkeypatch):
+    """End to end, an evt-eb-like table (posterior draws that repeat a positive's value, the
+    default expected mode): every field of every row is what the window sums of 39d6b08 give."""
+    from rscale import api
+    from rscale.core import law
+    from rscale.store.registry import clear_caches
+    est = estimate(ss, "count")
+    rng = np.random.default_rng(8)
+    draws = np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 8)), 0, 1)
+    for c in range(1, 8):
+        again = rng.random(est.x.size) < 0.7
+        draws[again, c] = draws[again, c - 1]
+    reps = np.clip(est.x[:, None] * rng.uniform(0.3, 1.7, (est.x.size, 8)), 0, 1)
+    cols = np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 4)), 0, 1)
+    path = tmp_path / "h.parquet"
+    write_hardness(replace(est, method="evt-eb", draws=draws, replicates=reps), ss, path, None,
+                   Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 4, 4])))
+    api.register(path, None, registry=tmp_path / "reg", backbone="b", benchmark="sim")
+    monkeypatch.setattr(law, "_STACK_BLOCK", 500)          # the table's stacks are larger than one block
+    text = "mAP@1000, mAP@100, R@1, MRR@1000, Recall@10 at N=1e6, 3e8 for b"
+    for ci in ("benchmark", "population"):
+        clear_caches()
+        got = api.query(text, tmp_path / "reg", ci_kind=ci, bootstrap=200, seed=3)
+        assert {r["mode"] for r in got["rows"]} == {"expected"}
+        with monkeypatch.context() as m:
+            m.setattr(law, "_binomial_window_sum", _reference_window_sum)
+            clear_caches()
+            want = api.query(text, tmp_path / "reg", ci_kind=ci, bootstrap=200, seed=3)
+        assert got == want

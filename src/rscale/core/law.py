@@ -531,12 +531,18 @@ def per_query(h: Hardness, metric: str, n: float, k: int | None = None,
     stack (B, P), evaluated in cache-sized blocks of rows: the same values as one row at a time).
     The expected mode takes a stack whole: its cost is the Binomial terms, not memory traffic, and
     an element equal to the one in the row above is summed once (:func:`_binomial_window_sum`)."""
-    if h.x.ndim == 2 and h.x.shape[0] > 1 and h.x.size > _STACK_BLOCK and mode != "expected":
+    if h.x.ndim == 2 and h.x.shape[0] > 1 and h.x.size > _STACK_BLOCK:
+        if mode == "expected":      # whole, in C order like the blocks' concatenation (a mean over rows adds alike)
+            return np.ascontiguousarray(_dispatch(h, metric, n, k, mode))
         rows = max(1, _STACK_BLOCK // max(h.x.shape[1], 1))
         if metric in ("AP", "Recall") and h.by_position is not None:
             h.x_by_position                         # gathered once for the whole stack, kept with it
         return np.concatenate([per_query(h.rows(slice(i, i + rows)), metric, n, k, mode)
                                for i in range(0, h.x.shape[0], rows)])
+    return _dispatch(h, metric, n, k, mode)
+
+
+def _dispatch(h: Hardness, metric: str, n: float, k: int | None, mode: str) -> np.ndarray:
     if metric == "AP":
         return ap_at_k(h, n, k, mode)
     if metric == "R":
