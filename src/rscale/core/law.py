@@ -401,7 +401,11 @@ def _window_sums(x, j, n: int, m_max, precision: bool) -> np.ndarray:
                 logpmf += log_choose(n, m)                   # (a + b == b + a exactly)
             else:
                 logpmf += table[mi] if past_n else tab[0][None, :] if from_zero else tab[lo_p]
-            rest = np.multiply(n - m, log1mx[part][:, None], out=np.empty_like(logpmf))
+            rest = n - m
+            if rest.shape == logpmf.shape:
+                rest *= log1mx[part][:, None]
+            else:
+                rest = rest * log1mx[part][:, None]
             logpmf += rest
             terms = np.exp(logpmf, out=logpmf)
             if weights is not None:
@@ -411,9 +415,9 @@ def _window_sums(x, j, n: int, m_max, precision: bool) -> np.ndarray:
                 jj = jm[part][:, None]
                 terms *= jj / (jj + m)
             if padded:
-                terms[pad] = 0.0
+                np.copyto(terms, 0.0, where=pad)
             # each element's terms added one at a time in order of m (a sequential accumulate)
-            out[mid[part]] = np.cumsum(terms, axis=1)[:, -1]
+            out[mid[part]] = np.add.accumulate(terms, axis=1, out=terms)[:, -1]
     return out
 
 
