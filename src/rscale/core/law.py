@@ -339,9 +339,11 @@ def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
 def _window_sums(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     """:func:`_binomial_window_sum` of flat arrays. The window of an element (+-10 sd + 10 around
     n x, cut at m_max) is summed from its low end up, one term at a time: windows of similar
-    length (within 25%) padded into one block (terms, elements) whose rows are added in order (a
-    padding term is 0.0 and adds nothing), each element's logs taken once, not per term; the
-    log binomial coefficients from one table over 0..max m when that is no longer than the terms."""
+    length (within 25%) padded into blocks (elements, width) of at most :data:`_BLOCK_TERMS`,
+    accumulated along each row in order of m (a padding term is 0.0 and adds nothing); each
+    element's logs taken once, not per term; log C(n, m) from one table over 0..max m when that
+    is no longer than the terms, and j / (j + m) from a table for whole j: the per-term values,
+    looked up (the per-term form of 39d6b08 is the reference of tests/test_query_fast_path.py)."""
     m_max = np.minimum(m_max, n)
     out = np.zeros(x.shape, dtype=np.float64)
     valid = m_max >= 0
