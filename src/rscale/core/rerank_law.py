@@ -614,9 +614,13 @@ def half_sample_corrected(point, halves) -> np.ndarray:
     return 2.0 * point - halves.mean(axis=0)
 
 
+# A fitted shape within this of -1 is at the bound (fit_gpd's search stops ~1e-8 short of it).
+_SHAPE_BOUND_TOL = 1e-6
+
+
 def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, points: int = 48,
                             min_exceedances: int = 10, share: float = 0.25,
-                            shape: str = "own") -> tuple[np.ndarray, np.ndarray]:
+                            shape: str = "own", at_bound: str = "counts") -> tuple[np.ndarray, np.ndarray]:
     """:func:`joint_from_top` with a generalized-Pareto tail for the rerank scores of each top slice.
 
     The share of the slice's (the sample's top i) rerank scores at or above t_p is a count, but
@@ -627,11 +631,22 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
     rho(t) = (k_u / i) P(Y >= t - u) for t > u; at or below u the count is used. Evaluated at
     ``points`` slice sizes i (geometric in i; slices of at most ``min_exceedances`` use counts)
     and made non-decreasing in w. ``shape``: ``own`` (each query's fitted shape, the default),
-    ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0)."""
+    ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0).
+
+    A fit whose shape sits at the lower bound xi = -1 is not a tail model: that GPD is the uniform
+    law on [0, sigma], the maximum-likelihood limit when the excesses pile up towards an end point
+    (bounded scores, such as the crop reranker's cosines), and its share above t falls only
+    linearly to the end point, so it overstates every share near it (on the simulator's rerank
+    model through the rank-preserving map Phi(E), R@1 predicted 0 for 0.30: docs/benchmarks.md,
+    "Reranked joint tail at the shape bound"). With ``at_bound="counts"`` (the default) such a
+    (query, slice) keeps its counts, which see only ranks; ``"gpd"`` uses the fit as it is (the
+    estimator before this rule, kept for that benchmark)."""
     from rscale.core.gpd import gpd_logsf
     from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi
     if shape not in ("own", "shared", "exponential"):
         raise InvalidArgumentError(f"shape must be own, shared or exponential, got {shape!r}")
+    if at_bound not in ("counts", "gpd"):
+        raise InvalidArgumentError(f"at_bound must be counts or gpd, got {at_bound!r}")
     top = np.atleast_2d(np.asarray(top_rerank, np.float64))
     s = np.asarray(n_sampled, np.float64).reshape(-1)
     t = np.asarray(pos_rerank, np.float64)
@@ -657,6 +672,8 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
                 xi = np.zeros(q) if shape == "exponential" else np.full(q, float(np.median(fit_gpd(excess).xi)))
                 sigma = fit_sigma_given_xi(excess, np.maximum(xi, -1 + 1e-9))
             beyond = t > u[pq]
+            if at_bound == "counts":
+                beyond &= (xi > -1.0 + _SHAPE_BOUND_TOL)[pq]
             y = t[beyond] - u[pq][beyond]
             rho[beyond] = k_u / i * np.exp(gpd_logsf(y, xi[pq][beyond], sigma[pq][beyond]))
         joint[:, col] = rho * i / s[pq]
