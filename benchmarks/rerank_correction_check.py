@@ -10,6 +10,8 @@ the reranked answer has no back-test term), ``api.register`` with the sample sta
 and the model's joint tail; one independently drawn gallery per sample (its exact reranked
 metric, ``benchmarks/rerank_interval_coverage.py``'s ``realised``).
 
+``--mode expected`` asks every measure in the expected mode (the query's ``... reranked@K' expected``).
+
 Run:  PYTHONPATH=src python benchmarks/rerank_correction_check.py --cells A,B --samples 12 -o out/bench/corr_AB.json
 """
 
@@ -33,7 +35,7 @@ CELLS = {**_COVERAGE_CELLS, "D": dict(r=0.7, lift=1.0, n=200_000, depth=1000, to
 MEASURES = (("mAP@1000", "AP", 1000, "plugin"), ("R@1", "R", 1, "expected"), ("MRR@1000", "RR", 1000, "plugin"))
 
 
-def run_cell(name, samples, work):
+def run_cell(name, samples, work, mode=None):
     from rscale import api
     from rscale.core import rerank_law as law
     from rscale.core import rerank_replicates as rr
@@ -51,7 +53,7 @@ def run_cell(name, samples, work):
     exact = sr.exact_reranked_hardness(bench, t, model)
     truth = {m: law.reranked_metric(exact, lm, n, k, depth=depth) for m, lm, k, _ in MEASURES}
     gal_rng = np.random.default_rng([name.encode()[0], 11])
-    text = f"{', '.join(m for m, *_ in MEASURES)} at N={n:g} for sim_rr reranked@{depth}"
+    text = f"{', '.join(m for m, *_ in MEASURES)} at N={n:g} for sim_rr reranked@{depth}" + (f" {mode}" if mode else "")
     rows = []
     for seed in range(1, samples + 1):
         d = work / f"{name}{seed}"
@@ -77,7 +79,7 @@ def run_cell(name, samples, work):
             rows.append(dict(seed=seed, measure=m, law=truth[m], gallery=gal[m],
                              **{f"{kind}_{f}": answers[kind][m][f] for kind in answers
                                 for f in ("value", "ci_low", "ci_high")}))
-        print(name, seed, {m: (round(answers["before"][m]["value"], 4), round(answers["after"][m]["value"], 4),
+        print(name, mode or "default", seed, {m: (round(answers["before"][m]["value"], 4), round(answers["after"][m]["value"], 4),
                                round(truth[m], 4)) for m, *_ in MEASURES}, f"query {seconds}", flush=True)
         shutil.rmtree(d)
     return rows
@@ -106,14 +108,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default="A,B,C,D")
     ap.add_argument("--samples", type=int, default=12)
+    ap.add_argument("--mode", default=None, choices=("expected", "plugin"),
+                    help="every measure in this mode (default: the query's per-measure defaults)")
     ap.add_argument("-o", "--out", default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + tempfile.mkdtemp() + "/mlruns.db")
     work = Path(tempfile.mkdtemp(prefix="rerank-correction-"))
     t0 = time.perf_counter()
-    result = {"S": S, "queries": QUERIES, "cells": {}}
+    result = {"S": S, "queries": QUERIES, "mode": args.mode or "default", "cells": {}}
     for name in args.cells.split(","):
-        rows = run_cell(name, args.samples, work)
+        rows = run_cell(name, args.samples, work, args.mode)
         result["cells"][name] = {**CELLS[name], "summary": summarise(rows), "rows": rows}
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
