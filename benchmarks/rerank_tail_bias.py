@@ -22,7 +22,7 @@ docs/benchmarks.md "Half-sample correction" (S = 20,000, top 600, K' = 1000; N 4
 Truth: the law on the true hardness and the model's exact joint tail (expected mode for R@1 and for
 the expected rows, the same mode as the estimate).
 
-Run:  PYTHONPATH=src python benchmarks/rerank_tail_bias.py --cells T,A,D --samples 8 --correct
+Run:  PYTHONPATH=src python benchmarks/rerank_tail_bias.py --cells T,T9,A,D --samples 8 --correct -o out/bench/tail_bias.json
 """
 
 from __future__ import annotations
@@ -56,6 +56,14 @@ def estimators():
 SPLITS = 4
 
 
+def _table(make, scale, part, bench, t):
+    """The reranked table of sample stats ``part``: true hardness, the joint tail by ``make`` from
+    the rerank scores mapped by ``scale`` (the positives' own scores ``t`` kept for the law's ties)."""
+    from rscale.core import rerank_law as law
+    grid, joint = make(scale(part.top_rerank), part.n_sampled, scale(t), part.pos_offsets)
+    return law.RerankedHardness.build(bench.pos_x, t, bench.pos_offsets, grid, joint)
+
+
 def run_cell(name, samples, correct=False, only=None):
     from scipy.special import ndtr
 
@@ -82,11 +90,9 @@ def run_cell(name, samples, correct=False, only=None):
                     continue
                 if est == "counts" and scale == "bounded":
                     continue                                   # counts see only ranks: the same as gauss
-                def table(part):
-                    grid, joint = make(f(part.top_rerank), part.n_sampled, f(t), part.pos_offsets)
-                    return law.RerankedHardness.build(bench.pos_x, t, bench.pos_offsets, grid, joint)
-                h = table(ss)
-                halves = [table(p) for i in range(SPLITS) for p in split_halves(ss, seed=2027 + i)] if correct else []
+                h = _table(make, f, ss, bench, t)
+                halves = ([_table(make, f, p, bench, t) for i in range(SPLITS) for p in split_halves(ss, seed=2027 + i)]
+                          if correct else [])
                 for case, m, k, mode in CASES:
                     v = law.reranked_per_query(h, m, n, k or depth, depth=depth, mode=mode)
                     errors.setdefault((scale, est, case), []).append(v.mean() - truth[case])
@@ -104,8 +110,8 @@ def run_cell(name, samples, correct=False, only=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cells", default="T,A,D")
-    ap.add_argument("--samples", type=int, default=12)
+    ap.add_argument("--cells", default="T,T9,A,D")
+    ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--estimators", default=None, help="comma-separated subset")
     ap.add_argument("--correct", action="store_true", help="also the half-sample corrected value (+hs)")
     ap.add_argument("-o", "--out", default=None)
