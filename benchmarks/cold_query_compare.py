@@ -1,8 +1,10 @@
 """Cold `rscale query` of this checkout against another source tree, interleaved (same machine
 load for both), each on its own registry holding the same hardness table (10k queries).
 
-Run: .venv/bin/python benchmarks/cold_query_compare.py OTHER_SRC [ROUNDS]
-     (OTHER_SRC: the src/ folder of another checkout, e.g. `git worktree add /tmp/main main`)
+Run: .venv/bin/python benchmarks/cold_query_compare.py OTHER_SRC [ROUNDS] [ESTIMATOR]
+     (OTHER_SRC: the src/ folder of another checkout, e.g. `git worktree add /tmp/main main`;
+     ESTIMATOR: evt-eb, the default, whose table stores posterior draws and answers in expected
+     mode, a fit of ~1-2 min here; or evt)
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from rscale.sim.benchmark import SimSpec, sample, simulate
 from rscale.store.hardness_file import write_hardness
 bench = simulate(SimSpec(name="speed", family="gaussian", n_queries=10_000, mean_positives=6.0), seed=0)
 ss = sample(bench, 5_000_000, k=4000, seed=0)
-write_hardness(estimate(ss, "evt"), ss, sys.argv[1])
+write_hardness(estimate(ss, sys.argv[2]), ss, sys.argv[1])
 """
 
 
 def main():
     other, rounds = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 15
+    estimator = sys.argv[3] if len(sys.argv) > 3 else "evt-eb"
     trees = {"other": str(Path(other).resolve()), "this": HERE}
     py, tmp = sys.executable, Path(tempfile.mkdtemp())
     h = tmp / "h.parquet"
-    subprocess.run([py, "-c", MAKE, str(h)], env={**os.environ, "PYTHONPATH": HERE}, check=True)
+    subprocess.run([py, "-c", MAKE, str(h), estimator], env={**os.environ, "PYTHONPATH": HERE}, check=True)
     q = "mAP@1000 at N=1e8 for speed"
 
     def cli(name, *extra):

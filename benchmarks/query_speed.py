@@ -7,7 +7,11 @@ back-test).
 
 The in-process figures are measured in worker processes, each on its own registry holding the
 same hardness table (10k queries, ~60k positives, 16 replicates, 4 back-test columns) written by
-its own source tree. With ``--before SRC`` (the src/ folder of another checkout, e.g.
+its own source tree. The table is the default estimator's (``--estimator evt-eb``: 16 posterior
+draws per positive stored, predictions in expected mode, the Binomial window sums of
+:mod:`rscale.core.law`); ``--estimator evt`` measures the earlier default (no draws stored, mAP in
+plug-in mode). The fit itself (~1-2 min for evt-eb on the shared machine) is kept in ``--data``
+when given, and reused from there. With ``--before SRC`` (the src/ folder of another checkout, e.g.
 ``git worktree add /tmp/main main``) the two trees' workers run interleaved, round after round,
 so both see the same machine load; the table prints each figure's median over rounds for both and
 their ratio, as wall time and as the worker's CPU time. Figures per round (each a median of repeated calls inside the worker):
@@ -19,8 +23,9 @@ their ratio, as wall time and as the worker's CPU time. Figures per round (each 
   so part of the old first query's work becomes decode work)
 - ``cached query``: the same query again (what every later query of the process pays; since the
   per-query predictions are kept with the cached table, a repeated cell skips the law)
-- ``cached table, a new N``: a cell not asked before on the cached table (the law's 17 evaluations
-  at that N; the back-test's errors per measure are kept with the table)
+- ``cached table, a new N``: a cell not asked before on the cached table (the law's evaluations
+  at that N: the point's draws and the 16 replicates; the back-test's errors per measure are kept
+  with the table), ``--slow-repeat`` calls
 - ``cached, population --bootstrap 0``: the point prediction alone
 - ``first query of a process``: the worker's very first call (lazy imports, catalog, decode, work)
 
@@ -29,6 +34,7 @@ the lazy imports made while answering (the first answer minus a second one after
 caches) and the work itself (that second answer), and the slowest imports (``-X importtime``).
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/query_speed.py [--before OTHER_SRC] [--rounds 7]
+     [--estimator evt-eb|evt] [--data /tmp/speed-evt-eb.pkl]
 """
 
 from __future__ import annotations
@@ -70,28 +76,41 @@ def _timed(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
-def make_data(out: Path) -> dict:
-    """The table every tree stores: evt on a simulated sample of 10k queries, with 16 replicates and
-    4 quarter-share back-test columns (log-normal noise around x: their values do not change the
-    cost, and 20 fits of 10k queries would take minutes)."""
-    import numpy as np
-    from dataclasses import replace
-
-    from rscale.core.backtest import Backtest
+def make_data(out: Path, estimator: str = "evt-eb", keep: Path | None = None) -> dict:
+    """The table every tree stores: ``estimator`` on a simulated sample of 10k queries, with 16
+    replicates and 4 quarter-share back-test columns (log-normal noise around x: their values do
+    not change the cost much, and 20 fits of 10k queries would take many minutes). ``keep``: a
+    pickle of the result, reused when it holds the same estimator."""
     from rscale.core.estimators.methods import estimate
     from rscale.sim.benchmark import SimSpec, sample, simulate
 
+    if keep is not None and keep.exists():
+        with open(keep, "rb") as f:
+            d = pickle.load(f)
+        if d["method"] == estimator:
+            with open(out, "wb") as f:
+                pickle.dump(d, f)
+            return {"queries": int(d["ss"].n_queries), "positives": int(d["ss"].n_positives)}
     bench = simulate(SimSpec(name="speed", family="gaussian", n_queries=10_000, mean_positives=6.0), seed=0)
     ss = sample(bench, 5_000_000, k=4000, seed=0)
-    est = estimate(ss, "evt")
+    d = table_data(estimate(ss, estimator), ss)
+    for path in [out] + ([keep] if keep is not None else []):
+        with open(path, "wb") as f:
+            pickle.dump(d, f)
+    return {"queries": int(ss.n_queries), "positives": int(ss.n_positives)}
+
+
+def table_data(est, ss) -> dict:
+    """What :func:`setup` stores, from an estimate of the sample ``ss``: the estimate with 16
+    replicates and 4 back-test columns drawn around its x (seeded)."""
+    import numpy as np
+
     rng = np.random.default_rng(0)
-    est = replace(est, replicates=np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 16))), 0, 1))
+    reps = np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 16))), 0, 1)
     cols = np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 4))), 0, 1)
     arrays = {"x": est.x, "offsets": est.offsets, "rule": est.rule, "n_sampled": est.n_sampled,
-              "replicates": est.replicates, "columns": cols, "counts": ss.pos_counts}
-    with open(out, "wb") as f:
-        pickle.dump({"arrays": arrays, "method": est.method, "params": est.params, "ss": ss}, f)
-    return {"queries": int(ss.n_queries), "positives": int(ss.n_positives)}
+              "replicates": reps, "columns": cols, "counts": ss.pos_counts, "draws": est.draws}
+    return {"arrays": arrays, "method": est.method, "params": est.params, "ss": ss}
 
 
 def setup(data: Path, root: Path) -> None:
@@ -107,7 +126,7 @@ def setup(data: Path, root: Path) -> None:
         d = pickle.load(f)
     a = d["arrays"]
     est = HardnessEstimate(method=d["method"], x=a["x"], offsets=a["offsets"], rule=a["rule"], n_sampled=a["n_sampled"],
-                           params=d["params"], replicates=a["replicates"])
+                           params=d["params"], replicates=a["replicates"], draws=a.get("draws"))
     bt = Backtest(counts=a["counts"], columns=a["columns"], column_factors=np.array([4, 4, 4, 4]))
     root.mkdir(parents=True, exist_ok=True)
     write_hardness(est, d["ss"], root / "h.parquet", None, bt)
@@ -117,7 +136,7 @@ def setup(data: Path, root: Path) -> None:
     api.query(QUERY, root / "reg")                       # writes the catalog snapshot
 
 
-def measure(reg: Path, repeat: int) -> dict:
+def measure(reg: Path, repeat: int, slow_repeat: int) -> dict:
     """One round of the in-process figures (module docstring), in ms."""
     t, c = time.perf_counter(), time.process_time()
     from rscale import api
@@ -127,7 +146,7 @@ def measure(reg: Path, repeat: int) -> dict:
     from rscale.store.registry import Registry
 
     decode, first = [], []
-    for _ in range(max(3, repeat // 3)):
+    for _ in range(slow_repeat):
         registry_module.clear_caches()
         r = Registry(reg)
         v = r.get("speed")
@@ -138,7 +157,7 @@ def measure(reg: Path, repeat: int) -> dict:
     return {"decode": med(decode), "first query": med(first),
             "decode + first query": med([(d[0] + f[0], d[1] + f[1]) for d, f in zip(decode, first)]),
             "cached query": _timed(lambda: api.query(QUERY, reg), repeat),
-            "cached table, a new N": _timed(lambda: api.query(next(new_n), reg), repeat),
+            "cached table, a new N": _timed(lambda: api.query(next(new_n), reg), slow_repeat),
             "cached, population --bootstrap 0": _timed(
                 lambda: api.query(QUERY, reg, bootstrap=0, ci_kind="population"), repeat),
             "first query of a process": first_process}
@@ -202,6 +221,10 @@ def main(argv=None):
     ap.add_argument("--before", help="src/ folder of another checkout, measured interleaved with this one")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=15, help="calls per figure inside one round")
+    ap.add_argument("--slow-repeat", type=int, default=3,
+                    help="calls per round of the figures that evaluate the law (decode + first query, a new N)")
+    ap.add_argument("--estimator", default="evt-eb", choices=("evt-eb", "evt"), help="the stored table's estimator")
+    ap.add_argument("--data", type=Path, help="keep the fitted table here (a pickle) and reuse it on the next run")
     ap.add_argument("--no-cli", action="store_true", help="skip the cold CLI figures")
     ap.add_argument("--setup", nargs=2, metavar=("DATA", "ROOT"), help=argparse.SUPPRESS)
     ap.add_argument("--measure", metavar="REG", help=argparse.SUPPRESS)
@@ -209,12 +232,12 @@ def main(argv=None):
     if a.setup:
         return setup(Path(a.setup[0]), Path(a.setup[1]))
     if a.measure:
-        print(json.dumps(measure(Path(a.measure), a.repeat)))
+        print(json.dumps(measure(Path(a.measure), a.repeat, a.slow_repeat)))
         return None
     import numpy as np
 
     tmp = Path(tempfile.mkdtemp())
-    size = make_data(tmp / "data.pkl")
+    size = make_data(tmp / "data.pkl", a.estimator, a.data)
     trees = {"after": HERE, **({"before": str(Path(a.before).resolve())} if a.before else {})}
     for name, src in trees.items():
         _run(src, "--setup", str(tmp / "data.pkl"), str(tmp / name))
@@ -222,16 +245,19 @@ def main(argv=None):
     rows = {name: [] for name in trees}
     for i in range(a.rounds):
         for name in (list(trees) if i % 2 else list(trees)[::-1]):          # alternate who goes first
-            out = _run(trees[name], "--measure", str(tmp / name / "reg"), "--repeat", str(a.repeat)).stdout
+            out = _run(trees[name], "--measure", str(tmp / name / "reg"), "--repeat", str(a.repeat),
+                       "--slow-repeat", str(a.slow_repeat)).stdout
             rows[name].append(json.loads(out.strip().splitlines()[-1]))
     load1 = os.getloadavg()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"numpy {np.__version__}")
-    print(f"hardness table: {size['queries']} queries, {size['positives']} positives, 16 replicates, "
-          f"4 back-test columns; query {QUERY!r} (benchmark interval, the default)")
+    print(f"hardness table: {a.estimator}, {size['queries']} queries, {size['positives']} positives, "
+          f"{'16 posterior draws, ' if a.estimator == 'evt-eb' else ''}16 replicates, 4 back-test columns; "
+          f"query {QUERY!r} (benchmark interval, the default; mode "
+          f"{'expected' if a.estimator == 'evt-eb' else 'plugin'})")
     print(f"load average (1/5/15 min) before the rounds {load0[0]:.1f}/{load0[1]:.1f}/{load0[2]:.1f}, "
           f"after {load1[0]:.1f}/{load1[1]:.1f}/{load1[2]:.1f}; {a.rounds} rounds, medians over rounds "
-          f"of per-round medians of {a.repeat} calls")
+          f"of per-round medians of {a.repeat} calls ({a.slow_repeat} for decode / first query / a new N)")
     keys = list(rows["after"][0])
     med = {name: {k: [statistics.median(r[k][i] for r in rs) for i in (0, 1)] for k in keys}
            for name, rs in rows.items()}

@@ -10,6 +10,8 @@ the reranked answer has no back-test term), ``api.register`` with the sample sta
 and the model's joint tail; one independently drawn gallery per sample (its exact reranked
 metric, ``benchmarks/rerank_interval_coverage.py``'s ``realised``).
 
+``--mode expected`` asks every measure in the expected mode (the query's ``... reranked@K' expected``).
+
 Run:  PYTHONPATH=src python benchmarks/rerank_correction_check.py --cells A,B --samples 12 -o out/bench/corr_AB.json
 """
 
@@ -33,7 +35,7 @@ CELLS = {**_COVERAGE_CELLS, "D": dict(r=0.7, lift=1.0, n=200_000, depth=1000, to
 MEASURES = (("mAP@1000", "AP", 1000, "plugin"), ("R@1", "R", 1, "expected"), ("MRR@1000", "RR", 1000, "plugin"))
 
 
-def run_cell(name, samples, work):
+def run_cell(name, samples, work, mode=None, first_seed=1):
     from rscale import api
     from rscale.core import rerank_law as law
     from rscale.core import rerank_replicates as rr
@@ -51,9 +53,9 @@ def run_cell(name, samples, work):
     exact = sr.exact_reranked_hardness(bench, t, model)
     truth = {m: law.reranked_metric(exact, lm, n, k, depth=depth) for m, lm, k, _ in MEASURES}
     gal_rng = np.random.default_rng([name.encode()[0], 11])
-    text = f"{', '.join(m for m, *_ in MEASURES)} at N={n:g} for sim_rr reranked@{depth}"
+    text = f"{', '.join(m for m, *_ in MEASURES)} at N={n:g} for sim_rr reranked@{depth}" + (f" {mode}" if mode else "")
     rows = []
-    for seed in range(1, samples + 1):
+    for seed in range(first_seed, first_seed + samples):
         d = work / f"{name}{seed}"
         d.mkdir(parents=True)
         ss = sr.with_rerank_scores(bench, sb.sample(bench, S, k=c["top"], seed=seed), model, top=c["top"],
@@ -63,21 +65,21 @@ def run_cell(name, samples, work):
         api.register(d / "h.parquet", d / "ss.parquet", registry=d / "registry")
         answers, seconds = {}, {}
         for kind, corrected in (("before", ()), ("after", tuple(lm for _m, lm, *_ in MEASURES))):
-            saved = rr.CORRECTED_METRICS
-            rr.CORRECTED_METRICS = corrected
+            saved = rr.CORRECTED_METRICS, rr.CORRECTED_IN_EXPECTED_MODE
+            rr.CORRECTED_METRICS, rr.CORRECTED_IN_EXPECTED_MODE = corrected, ()
             try:
                 t0 = time.perf_counter()
                 answers[kind] = {r["measure"]: r for r in api.query(text, registry=d / "registry")["rows"]}
                 seconds[kind] = time.perf_counter() - t0
             finally:
-                rr.CORRECTED_METRICS = saved
+                rr.CORRECTED_METRICS, rr.CORRECTED_IN_EXPECTED_MODE = saved
         gal = dict(zip([m for m, *_ in MEASURES],
                        realised(model, bench, t, n, depth, [(lm, k, mode) for _m, lm, k, mode in MEASURES], gal_rng)))
         for m, *_ in MEASURES:
             rows.append(dict(seed=seed, measure=m, law=truth[m], gallery=gal[m],
                              **{f"{kind}_{f}": answers[kind][m][f] for kind in answers
                                 for f in ("value", "ci_low", "ci_high")}))
-        print(name, seed, {m: (round(answers["before"][m]["value"], 4), round(answers["after"][m]["value"], 4),
+        print(name, mode or "default", seed, {m: (round(answers["before"][m]["value"], 4), round(answers["after"][m]["value"], 4),
                                round(truth[m], 4)) for m, *_ in MEASURES}, f"query {seconds}", flush=True)
         shutil.rmtree(d)
     return rows
@@ -106,14 +108,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default="A,B,C,D")
     ap.add_argument("--samples", type=int, default=12)
+    ap.add_argument("--mode", default=None, choices=("expected", "plugin"),
+                    help="every measure in this mode (default: the query's per-measure defaults)")
+    ap.add_argument("--first-seed", type=int, default=1, help="sample seeds first-seed .. first-seed + samples - 1")
     ap.add_argument("-o", "--out", default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + tempfile.mkdtemp() + "/mlruns.db")
     work = Path(tempfile.mkdtemp(prefix="rerank-correction-"))
     t0 = time.perf_counter()
-    result = {"S": S, "queries": QUERIES, "cells": {}}
+    result = {"S": S, "queries": QUERIES, "mode": args.mode or "default", "cells": {}}
     for name in args.cells.split(","):
-        rows = run_cell(name, args.samples, work)
+        rows = run_cell(name, args.samples, work, args.mode, args.first_seed)
         result["cells"][name] = {**CELLS[name], "summary": summarise(rows), "rows": rows}
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

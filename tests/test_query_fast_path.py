@@ -155,3 +155,132 @@ def test_a_bad_replicate_or_back_test_value_is_refused_with_its_row(tmp_path, ss
     with pytest.raises(FormatError, match="outside") as err:
         read_hardness(tmp_path / "bad.parquet")
     assert err.value.column == column and err.value.row == 7
+
+
+def _reference_window_sum(x, j, n, m_max, precision):
+    """The Binomial window sum as rscale.core.law computed it before the padded blocks and the
+    row de-duplication (commit 39d6b08): one index array per term, a bincount per element."""
+    from rscale.core.law import _CHUNK_TERMS, _WINDOW_SD, log_choose
+    x, j, m_max = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(j, dtype=np.float64),
+                                      np.asarray(m_max, dtype=np.float64))
+    if x.ndim != 1:
+        return _reference_window_sum(x.ravel(), j.ravel(), n, m_max.ravel(), precision).reshape(x.shape)
+    m_max = np.minimum(m_max, n)
+    out = np.zeros(x.shape)
+    valid = m_max >= 0
+    out[valid & (x <= 0)] = 1.0
+    one = valid & (x >= 1) & (m_max >= n)
+    out[one] = (j[one] / (j[one] + n)) if precision else 1.0
+    mid = np.flatnonzero(valid & (x > 0) & (x < 1))
+    if mid.size == 0:
+        return out
+    mu = n * x[mid]
+    sd = np.sqrt(mu * (1.0 - x[mid]))
+    lo = np.maximum(0.0, np.floor(mu - _WINDOW_SD * sd - _WINDOW_SD))
+    hi = np.minimum(m_max[mid], np.ceil(mu + _WINDOW_SD * sd + _WINDOW_SD))
+    keep = hi >= lo
+    mid, lo, hi = mid[keep], lo[keep].astype(np.int64), hi[keep].astype(np.int64)
+    lengths = hi - lo + 1
+    top = int(hi.max(initial=-1))
+    table = log_choose(n, np.arange(top + 1, dtype=np.float64)) if 0 <= top < int(lengths.sum()) else None
+    ends = np.cumsum(lengths)
+    start = 0
+    while start < mid.size:
+        base = ends[start - 1] if start else 0
+        stop = max(int(np.searchsorted(ends, base + _CHUNK_TERMS, side="right")), start + 1)
+        idx, ln = mid[start:stop], lengths[start:stop]
+        seg = np.repeat(np.arange(idx.size), ln)
+        first = np.repeat(np.cumsum(ln) - ln, ln)
+        mi = np.arange(int(ln.sum())) - first + np.repeat(lo[start:stop], ln)
+        m = mi.astype(np.float64)
+        xi = x[idx][seg]
+        logpmf = (log_choose(n, m) if table is None else table[mi]) + m * np.log(xi) + (n - m) * np.log1p(-xi)
+        terms = np.exp(logpmf)
+        if precision:
+            jj = j[idx][seg]
+            terms *= jj / (jj + m)
+        out[idx] = np.bincount(seg, weights=terms, minlength=idx.size)
+        start = stop
+    return out
+
+
+def _window_inputs(rng, rows, p, n):
+    """A stack (rows, P) of hardness with every regime of the window (x = 0, x = 1, N x from 1e-5 to
+    well past the cut-off, exact ties) where ~70% of a column repeats the row above (as evt-eb's
+    posterior draws do), and the 1-based positions j of AP's cut-off sums."""
+    mu = 10.0 ** rng.uniform(-5, 3.5, (rows, p))
+    x = np.minimum(mu / n, 1.0)
+    x[:, rng.random(p) < 0.03] = 0.0
+    x[:, rng.random(p) < 0.01] = 1.0
+    for r in range(1, rows):
+        again = rng.random(p) < 0.7
+        x[r, again] = x[r - 1, again]
+    j = np.broadcast_to(rng.integers(1, 12, p).astype(np.float64), x.shape)
+    return x, j
+
+
+@pytest.mark.parametrize("n", [1e8, 3e4, 700])
+@pytest.mark.parametrize("precision", [True, False])
+@pytest.mark.parametrize("chunk", [None, 500])
+def test_window_sum_gives_the_per_term_reference_bit_for_bit(n, precision, chunk, monkeypatch):
+    from rscale.core import law
+    if chunk:                                 # many blocks per group of windows
+        monkeypatch.setattr(law, "_BLOCK_TERMS", chunk)
+    rng = np.random.default_rng(int(n) % 97 + precision)
+    x, j = _window_inputs(rng, 6, 900, n)
+    for m_max in (np.full(x.shape, 1e9), 1000 - j, 40 - j, rng.integers(-2, 60, x.shape).astype(np.float64)):
+        want = _reference_window_sum(x, j, int(n), m_max, precision)
+        got = law._binomial_window_sum(x, j, int(n), m_max, precision)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(law._binomial_window_sum(x[2], j[2], int(n), m_max[2], precision), want[2])
+    # the log-choose table and the direct form give the same terms: few elements, long windows
+    few = np.array([0.3, 0.31, 0.3]) if n < 1e4 else np.array([2e-6, 3e-6, 2e-6])
+    np.testing.assert_array_equal(law._binomial_window_sum(few, 1.0, int(n), 1e9, precision),
+                                  _reference_window_sum(few, 1.0, int(n), 1e9, precision))
+
+
+@pytest.mark.parametrize("metric,k", [("AP", 1000), ("AP", 100), ("AP", None), ("Recall", 50), ("R", 10),
+                                      ("RR", 1000), ("RR", None)])
+def test_expected_mode_of_a_stack_with_repeated_rows_equals_one_row_at_a_time(metric, k, monkeypatch):
+    from rscale.core import law
+    monkeypatch.setattr(law, "_STACK_BLOCK", 500)    # a stack larger than a block: before, evaluated in blocks
+    rng = np.random.default_rng(11)
+    off = np.concatenate([[0], np.cumsum(rng.integers(1, 9, 300))])
+    x, _ = _window_inputs(rng, 8, int(off[-1]), 1e7)
+    stack = law.per_query(law.Hardness.from_flat(x, off), metric, 1e7, k, "expected")
+    rows = np.stack([law.per_query(law.Hardness.from_flat(r, off), metric, 1e7, k, "expected") for r in x])
+    np.testing.assert_array_equal(stack, rows)
+    # laid out as the blocks' concatenation was (C order): a mean over the rows (the point over
+    # posterior draws) adds in the same order, to the same bits
+    assert stack.flags.c_contiguous
+
+
+def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_path, ss, monkeypatch):
+    """End to end, an evt-eb-like table (posterior draws that repeat a positive's value, the
+    default expected mode): every field of every row is what the window sums of 39d6b08 give."""
+    from rscale import api
+    from rscale.core import law
+    from rscale.store.registry import clear_caches
+    est = estimate(ss, "count")
+    rng = np.random.default_rng(8)
+    draws = np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 8)), 0, 1)
+    for c in range(1, 8):
+        again = rng.random(est.x.size) < 0.7
+        draws[again, c] = draws[again, c - 1]
+    reps = np.clip(est.x[:, None] * rng.uniform(0.3, 1.7, (est.x.size, 8)), 0, 1)
+    cols = np.clip(est.x[:, None] * rng.uniform(0.5, 1.5, (est.x.size, 4)), 0, 1)
+    path = tmp_path / "h.parquet"
+    write_hardness(replace(est, method="evt-eb", draws=draws, replicates=reps), ss, path, None,
+                   Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 4, 4])))
+    api.register(path, None, registry=tmp_path / "reg", backbone="b", benchmark="sim")
+    monkeypatch.setattr(law, "_STACK_BLOCK", 500)          # the table's stacks are larger than one block
+    text = "mAP@1000, mAP@100, R@1, MRR@1000, Recall@10 at N=1e6, 3e8 for b"
+    for ci in ("benchmark", "population"):
+        clear_caches()
+        got = api.query(text, tmp_path / "reg", ci_kind=ci, bootstrap=200, seed=3)
+        assert {r["mode"] for r in got["rows"]} == {"expected"}
+        with monkeypatch.context() as m:
+            m.setattr(law, "_binomial_window_sum", _reference_window_sum)
+            clear_caches()
+            want = api.query(text, tmp_path / "reg", ci_kind=ci, bootstrap=200, seed=3)
+        assert got == want

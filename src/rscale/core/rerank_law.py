@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rscale.core import ragged
-from rscale.core.law import _CHUNK_TERMS, _WINDOW_SD, _binomial_window_sum, _within, check_k, check_n
+from rscale.core.law import _CHUNK_TERMS, _WINDOW_SD, _binomial_window_sum, _within, check_k, check_n, log_choose
 from rscale.errors import InvalidArgumentError
 
 METRICS = ("AP", "R", "Recall", "RR")
@@ -262,16 +262,9 @@ class _Stack:
                    levels)
 
 
-def _log_choose(n: int, top: int) -> np.ndarray:
-    """log C(n, m) for m = 0..``top`` (<= n) as a running sum of log((n - i + 1) / i): accurate to a
-    few ulps of the sum where ``-log1p(n) - betaln(n - m + 1, m + 1)`` loses ~1e-7 at n = 1e8."""
-    i = np.arange(1.0, top + 1.0)
-    return np.concatenate([[0.0], np.cumsum(np.log((n - i + 1.0) / i))])
-
-
-def _window_sums_one_n(x, j, n: int, m_max, precision: bool, log_choose) -> np.ndarray:
+def _window_sums_one_n(x, j, n: int, m_max, precision: bool, log_binom) -> np.ndarray:
     """:func:`rscale.core.law._binomial_window_sum` for trials ``n`` shared by every element, with
-    the log binomial coefficients ``log_choose[m]`` (m = 0..n, :func:`_log_choose`) computed once
+    the log binomial coefficients ``log_binom[m]`` (m = 0..n, :func:`rscale.core.law.log_choose`) computed once
     and each element's logs once, not per term: the same windows (+-10 sd, +10 counts) and terms.
     Every element is one Binomial, so its sum is complete in one row of a block."""
     x = np.asarray(x, dtype=np.float64)
@@ -305,7 +298,7 @@ def _window_sums_one_n(x, j, n: int, m_max, precision: bool, log_choose) -> np.n
         for part in np.array_split(group, -(-group.size * width // _CHUNK_TERMS)):
             mi = np.minimum(lo[part][:, None] + np.arange(width)[None, :], n)
             m = mi.astype(np.float64)
-            terms = np.exp(log_choose[mi] + m * logx[part][:, None] + (n - m) * log1mx[part][:, None])
+            terms = np.exp(log_binom[mi] + m * logx[part][:, None] + (n - m) * log1mx[part][:, None])
             if precision:
                 jj = j[mid[part]][:, None]
                 terms *= jj / (jj + m)
@@ -346,7 +339,8 @@ def _expected_stack(h, metric, n, k, depth, nodes):
         sf_l = betaincc(m + 1, ni - m, xl)
         sf_n = np.where(last, 0.0, betaincc(m + 1, ni - m, xn))
         cont = np.maximum(sf_l - sf_n, 0.0)
-        atom = np.where(last, 0.0, np.exp(_log_choose(ni, m)[-1] + xlogy(m, xn) + xlog1py(ni - m, -xn)))
+        log_c = float(log_choose(ni, np.array([float(m)]))[0])
+        atom = np.where(last, 0.0, np.exp(log_c + xlogy(m, xn) + xlog1py(ni - m, -xn)))
         live = np.flatnonzero(cont > _NEGLIGIBLE)
         has_atom = np.flatnonzero(atom > _NEGLIGIBLE)
         if live.size == 0 and has_atom.size == 0:
@@ -354,12 +348,12 @@ def _expected_stack(h, metric, n, k, depth, nodes):
         w = np.clip(beta_isf(m + 1, ni - m, sf_l[live, None] - cont[live, None] * u[None, :]),
                     xl[live, None], xn[live, None])
         w = np.where(np.isfinite(w), w, xn[live, None])                    # weightless nodes of an empty slice
-        log_choose = _log_choose(m, m)
+        table = log_choose(m, np.arange(m + 1, dtype=np.float64))
         for sl, pts, wt in ((live, w, np.repeat(cont[live, None] / nodes, nodes, axis=1)),
                             (has_atom, xn[has_atom, None], atom[has_atom, None])):
             if sl.size == 0:
                 continue
-            val = _level_values(h, lv, keep[sl], qs[sl], pts, metric, k, m, log_choose)
+            val = _level_values(h, lv, keep[sl], qs[sl], pts, metric, k, m, table)
             total += np.bincount(np.repeat(qs[sl], pts.shape[1]), weights=(wt * val).ravel(), minlength=h.n_queries)
     return total
 
@@ -384,18 +378,18 @@ def _negligible_levels(xl, xn, last, m: int, n: int) -> np.ndarray:
     return above | below
 
 
-def _level_values(h, lv, idx, qs, w, metric, k, m, log_choose) -> np.ndarray:
+def _level_values(h, lv, idx, qs, w, metric, k, m, log_binom) -> np.ndarray:
     """(slices, points): the per-query metric given survivor count ``lv.l`` and the slice point w
     (slices, points) for entries ``idx`` of the level (their queries ``qs``)."""
     pts = w.shape[1]
     if metric in ("R", "RR"):
         rho = _rho_rows(h.grid, h.joint[lv.best[idx]], qs, w, h.end, h.top)              # (slices, points)
         return _window_sums_one_n(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR",
-                                  log_choose).reshape(rho.shape)
+                                  log_binom).reshape(rho.shape)
     l = lv.l
     rho = _rho_rows(h.grid, h.joint[lv.rows[idx].ravel()], qs.repeat(l), w.repeat(l, axis=0), h.end, h.top)
     j = np.repeat(lv.jp[idx].reshape(-1, 1), pts, axis=1)                                # (slices * l, points)
-    v = _window_sums_one_n(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_choose)
+    v = _window_sums_one_n(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_binom)
     norm = np.minimum(k, h.sizes[qs]) if metric == "AP" else h.sizes[qs]
     return v.reshape(-1, l, pts).sum(axis=1) / norm[:, None]
 
@@ -614,9 +608,13 @@ def half_sample_corrected(point, halves) -> np.ndarray:
     return 2.0 * point - halves.mean(axis=0)
 
 
+# A fitted shape within this of -1 is at the bound (fit_gpd's search stops ~1e-8 short of it).
+_SHAPE_BOUND_TOL = 1e-6
+
+
 def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, points: int = 48,
                             min_exceedances: int = 10, share: float = 0.25,
-                            shape: str = "own") -> tuple[np.ndarray, np.ndarray]:
+                            shape: str = "own", at_bound: str = "counts") -> tuple[np.ndarray, np.ndarray]:
     """:func:`joint_from_top` with a generalized-Pareto tail for the rerank scores of each top slice.
 
     The share of the slice's (the sample's top i) rerank scores at or above t_p is a count, but
@@ -627,11 +625,22 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
     rho(t) = (k_u / i) P(Y >= t - u) for t > u; at or below u the count is used. Evaluated at
     ``points`` slice sizes i (geometric in i; slices of at most ``min_exceedances`` use counts)
     and made non-decreasing in w. ``shape``: ``own`` (each query's fitted shape, the default),
-    ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0)."""
+    ``shared`` (the median over queries, scale refitted) or ``exponential`` (shape 0).
+
+    A fit whose shape sits at the lower bound xi = -1 is not a tail model: that GPD is the uniform
+    law on [0, sigma], the maximum-likelihood limit when the excesses pile up towards an end point
+    (bounded scores, such as the crop reranker's cosines), and its share above t falls only
+    linearly to the end point, so it overstates every share near it (on the simulator's rerank
+    model through the rank-preserving map Phi(E), R@1 predicted 0 for 0.30: docs/benchmarks.md,
+    "Reranked joint tail at the shape bound"). With ``at_bound="counts"`` (the default) such a
+    (query, slice) keeps its counts, which see only ranks; ``"gpd"`` uses the fit as it is (the
+    estimator before this rule, kept for that benchmark)."""
     from rscale.core.gpd import gpd_logsf
     from rscale.core.tailfit import fit_gpd, fit_sigma_given_xi
     if shape not in ("own", "shared", "exponential"):
         raise InvalidArgumentError(f"shape must be own, shared or exponential, got {shape!r}")
+    if at_bound not in ("counts", "gpd"):
+        raise InvalidArgumentError(f"at_bound must be counts or gpd, got {at_bound!r}")
     top = np.atleast_2d(np.asarray(top_rerank, np.float64))
     s = np.asarray(n_sampled, np.float64).reshape(-1)
     t = np.asarray(pos_rerank, np.float64)
@@ -657,6 +666,8 @@ def joint_from_top_smoothed(top_rerank, n_sampled, pos_rerank, offsets, *, point
                 xi = np.zeros(q) if shape == "exponential" else np.full(q, float(np.median(fit_gpd(excess).xi)))
                 sigma = fit_sigma_given_xi(excess, np.maximum(xi, -1 + 1e-9))
             beyond = t > u[pq]
+            if at_bound == "counts":
+                beyond &= (xi > -1.0 + _SHAPE_BOUND_TOL)[pq]
             y = t[beyond] - u[pq][beyond]
             rho[beyond] = k_u / i * np.exp(gpd_logsf(y, xi[pq][beyond], sigma[pq][beyond]))
         joint[:, col] = rho * i / s[pq]

@@ -200,24 +200,11 @@ def _memo(inp, x, x_replicates) -> dict:
 
 # The law metrics whose reranked point is half-sample corrected by default (rscale query, rscale
 # predict-rerank): decided by the rule and cells written down before measuring, docs/benchmarks.md
-# "Half-sample correction in rscale query ... reranked@K'".
+# "Half-sample correction in rscale query ... reranked@K'" (every mode), and, by the same rule on the
+# same cells in the expected mode, "Half-sample correction of reranked mAP and MRR in the expected
+# mode" (the plug-in mode is biased low by itself, and the correction overshot it).
 CORRECTED_METRICS: tuple = ("R",)
-
-
-# The half-sample correction assumes one estimator whose bias scales as 1/S; the smoothed joint
-# tail counts (no GPD) in a slice of at most 10 sample points (joint_from_top_smoothed's
-# min_exceedances), so a half whose slice at (K', N) holds fewer than twice that would be corrected
-# by a different estimator's bias: then the point stays uncorrected (docs/benchmarks.md,
-# "Half-sample correction ...": the crop reranker's 50% samples, ~10 points per half's slice).
-CORRECTION_MIN_POINTS = 20
-
-
-def half_slice_points(inp: RerankedInput, n: float, depth: int) -> float:
-    """The fewest sample points any half-sample holds in the gallery's top K' slice at size ``n``:
-    K' S_half / N, S_half = 1 / (the first step of its grid), over halves and queries (inf: no halves)."""
-    if not inp.halves:
-        return float("inf")
-    return float(min((depth / float(n)) / h.grid[:, 1].max() for h in inp.halves))
+CORRECTED_IN_EXPECTED_MODE: tuple = ("AP", "RR")
 
 
 def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int, ci_kind: str = "benchmark",
@@ -229,8 +216,8 @@ def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int
     outranking noise, :func:`gallery_sd` of the point prediction). Without replicates the
     benchmark bounds are NaN.
 
-    For a metric in ``corrected`` (None: :data:`CORRECTED_METRICS`), at a cell where every half's
-    slice holds at least :data:`CORRECTION_MIN_POINTS` sample points, the per-query values are
+    For a metric in ``corrected`` (None: :data:`CORRECTED_METRICS` in any mode and
+    :data:`CORRECTED_IN_EXPECTED_MODE` in the expected mode) the per-query values are
     half-sample corrected (:func:`rscale.core.rerank_law.half_sample_corrected`, 2 v_S - mean of
     the replicates: the joint tail's Jensen bias removed to first order) whenever the replicates
     are computed; the interval is then centred on the corrected values with the replicates'
@@ -239,7 +226,10 @@ def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int
     from rscale.core.interval import metric_intervals
     from rscale.core.rerank_law import half_sample_corrected, reranked_per_query_stacked
 
-    corrected = CORRECTED_METRICS if corrected is None else tuple(corrected)
+    if corrected is None:
+        corrected, in_expected = tuple(CORRECTED_METRICS), tuple(CORRECTED_IN_EXPECTED_MODE)
+    else:
+        corrected, in_expected = tuple(corrected), ()
     memo = _memo(inp, x, x_replicates)
     if "sets" not in memo:
         memo["sets"] = reranked_sets(inp, x, x_replicates)
@@ -265,13 +255,13 @@ def reranked_intervals(inp: RerankedInput, x, x_replicates, cells, *, depth: int
             return memo[key]
         gsd = np.array([noise(metric, k, n) for metric, k, n, _mode in cells])
     if rep_values is not None:
-        for i, (metric, _k, n, _mode) in enumerate(cells):
-            if metric in corrected and half_slice_points(inp, n, depth) >= CORRECTION_MIN_POINTS:
+        for i, (metric, _k, _n, mode) in enumerate(cells):
+            if metric in corrected or (mode == "expected" and metric in in_expected):
                 pqs[i] = half_sample_corrected(pqs[i], rep_values[i])
     _, lo, hi = metric_intervals(pqs, rep_values, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  gallery_sd=gsd)
     return [(pqs[i], float(lo[i]), float(hi[i])) for i in range(len(cells))]
 
 
-__all__ = ["CORRECTED_METRICS", "CORRECTION_MIN_POINTS", "JointTails", "RerankedInput", "gallery_sd",
-           "half_slice_points", "reranked_input", "reranked_intervals", "reranked_sets", "supported_depth"]
+__all__ = ["CORRECTED_IN_EXPECTED_MODE", "CORRECTED_METRICS", "JointTails", "RerankedInput", "gallery_sd", "reranked_input", "reranked_intervals",
+           "reranked_sets", "supported_depth"]
