@@ -11,21 +11,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np  # noqa: E402
 
+from _timing import best_of  # noqa: E402
+from _workload import add_workload_args  # noqa: E402
+
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--distractors", type=int, default=200_000)
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--k", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=2)
-    args = ap.parse_args(argv)
+    args = add_workload_args(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args(argv)
     from rscale.score.engine import Queries, empty_partial, score_chunk
     from rscale.sim.descriptors import make_descriptors
 
@@ -34,18 +30,16 @@ def main(argv=None):
     q = Queries.build(d.queries, d.query_ids, d.positives, d.positive_ids, d.positives_of)
     chunks = [d.distractors[a:a + 16384] for a in range(0, args.distractors, 16384)]
     rows = []
+    def run(r):
+        state = empty_partial(q, args.k, candidates=r)
+        start = 0
+        for c in chunks:
+            score_chunk(q, c, state, positions=np.arange(start, start + len(c)) if r else None)
+            start += len(c)
+        state.flush()
+
     for r in (0, 63, 1000):
-        best = float("inf")
-        for _ in range(args.repeats):
-            t = time.perf_counter()
-            state = empty_partial(q, args.k, candidates=r)
-            start = 0
-            for c in chunks:
-                score_chunk(q, c, state, positions=np.arange(start, start + len(c)) if r else None)
-                start += len(c)
-            state.flush()
-            best = min(best, time.perf_counter() - t)
-        rows.append((r, best))
+        rows.append((r, best_of(lambda: run(r), args.repeats)[0]))
     base = rows[0][1]
     print(f"{platform.machine()} numpy {np.__version__}; Q={args.queries} N={args.distractors} d={args.dim} K={args.k}")
     print("| candidates R | seconds | vs off |\n|---|---|---|")

@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
@@ -31,17 +30,14 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import numpy as np  # noqa: E402
 
+from _fits import fitted  # noqa: E402
 from _timing import best_of  # noqa: E402
+from _workload import add_workload_args  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--distractors", type=int, default=200_000)
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--k", type=int, default=1000)
+    ap = add_workload_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     ap.add_argument("--cost-fraction", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=0)
     ap.add_argument("--fraction", type=float, default=0.05)
     ap.add_argument("--b-noise", type=float, default=0.0,
@@ -101,11 +97,9 @@ def perturbed(src, out, eps):
 
 
 def coverage(args, api, run, roots, tmp, read_sample_stats):
-    from rscale.core.backtest import Backtest, backtest_hardness
-    from rscale.core.estimators.methods import estimate
     from rscale.core.interval import difference_intervals, predicted_intervals
     from rscale.core.metrics import ap_at_k_from_counts
-    from rscale.core.replicates import hardness_replicates, split_key
+    from rscale.core.replicates import split_key
 
     exact = []
     for i, root in enumerate(roots):
@@ -122,10 +116,7 @@ def coverage(args, api, run, roots, tmp, read_sample_stats):
         fits, keys = [], []
         for i, root in enumerate(roots):
             ss = read_sample_stats(run(root, tmp / f"s{seed}-{i}.parquet", args.fraction, 100 + seed, True)["written"])
-            est = estimate(ss, "evt")
-            est = replace(est, replicates=hardness_replicates(ss, method="evt", params=est.params, splits=8))
-            cols, factors = backtest_hardness(ss, method="evt", params=est.params)
-            fits.append((est, Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)))
+            fits.append(fitted(ss))
             keys.append(split_key(ss, splits=8))
         (ea, ba), (eb, bb) = fits
         ((pa, pb, lo, hi, _, _),) = difference_intervals(ea, eb, [("AP", 1000, n)], backtest_a=ba, backtest_b=bb)

@@ -18,23 +18,15 @@ from __future__ import annotations
 
 import argparse
 import platform
-from dataclasses import replace
 
 import numpy as np
 
 from rscale import sim
-from rscale.core.backtest import Backtest, backtest_hardness
-from rscale.core.estimators.methods import estimate
 from rscale.core.interval import difference_intervals, predicted_intervals
-from rscale.core.replicates import hardness_replicates, split_key
+from rscale.core.replicates import split_key
 from rscale.sim.benchmark import HardnessLaw, SimSpec
 
-
-def fitted(ss, splits: int):
-    est = estimate(ss, "evt")
-    est = replace(est, replicates=hardness_replicates(ss, method="evt", params=est.params, splits=splits))
-    cols, factors = backtest_hardness(ss, method="evt", params=est.params, per_factor=2)
-    return est, Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
+from _fits import fitted
 
 
 def main() -> None:
@@ -60,7 +52,7 @@ def main() -> None:
         bench_b = sim.with_positives(bench_a, bench_a.pos_x * a.factor, "b")
         ss_a, ss_b = (sim.sample(b, int(a.s), k=a.k, seed=seed) for b in (bench_a, bench_b))
         assert split_key(ss_a, splits=a.splits) == split_key(ss_b, splits=a.splits)
-        (ea, ba), (eb, bb) = fitted(ss_a, a.splits), fitted(ss_b, a.splits)
+        (ea, ba), (eb, bb) = fitted(ss_a, splits=a.splits, per_factor=2), fitted(ss_b, splits=a.splits, per_factor=2)
         ta, tb = (float(t.mean()) for t in sim.truth_shared([bench_a, bench_b], [ss_a, ss_b], a.n, "AP", 1000, seed))
         (pa, pb, lo, hi, _, _), = difference_intervals(ea, eb, cells, backtest_a=ba, backtest_b=bb)
         (_, _, lo0, hi0, _, _), = difference_intervals(ea, eb, cells)

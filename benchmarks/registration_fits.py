@@ -2,10 +2,11 @@
 
 Issue 14's goal "a registration takes at most R estimator fits" (R = the stored replicates). Every
 call of the estimator dispatch (``rscale.core.estimators.methods.estimate``, through which every
-caller fits: the point estimate, the half-sample replicates, the back-test shares, the budget
-check) is counted with the rscale function that made it, running the CLI in process on a small
-simulated sample (60 queries, S = 200k, K = 400). Prints, per command, the fits and where they
-come from, and the stored R.
+caller fits: the point estimate, the half-sample replicates, the back-test shares; the budget
+check reads the stored halves and fits nothing) is counted with the rscale function that made it,
+running the CLI in process on a small simulated sample (60 queries, S = 200k, K = 400). Prints, per
+command, the fits and where they come from, and the stored columns: R = the replicates plus the
+back-test's share columns, each one fit.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/registration_fits.py [--method evt]
 """
@@ -21,7 +22,8 @@ from pathlib import Path
 
 
 def count_fits(tmp: Path, method: str = "evt") -> dict:
-    """{"R": stored replicates, "estimate": Counter(caller -> fits), "register": Counter(...)}."""
+    """{"replicates": stored replicates, "shares": stored back-test columns, "estimate": Counter(caller
+    -> fits), "register": Counter(...)}."""
     import pyarrow.parquet as pq
 
     import rscale.core.estimators.methods as methods
@@ -50,8 +52,11 @@ def count_fits(tmp: Path, method: str = "evt") -> dict:
                      str(tmp / "reg"), "--backbone", "b", "--benchmark", "sim"]) == 0
     finally:
         methods.estimate = fit
+    from rscale.store.hardness_file import read_hardness
+    _est, info = read_hardness(tmp / "h.parquet")
     meta = pq.read_schema(tmp / "h.parquet").metadata
-    return {"R": json.loads(meta[b"rscale.replicates"])["R"], **counts}
+    shares = 0 if info["backtest"] is None or info["backtest"].columns is None else info["backtest"].columns.shape[1]
+    return {"replicates": json.loads(meta[b"rscale.replicates"])["R"], "shares": int(shares), **counts}
 
 
 def main(argv=None):
@@ -63,13 +68,15 @@ def main(argv=None):
     a = ap.parse_args(argv)
     with contextlib.redirect_stdout(io.StringIO()):          # the commands' own output
         got = count_fits(Path(tempfile.mkdtemp()), a.method)
-    print(f"method {a.method}: stored replicates R = {got['R']}")
+    r = got["replicates"] + got["shares"]
+    print(f"method {a.method}: stored columns R = {r} ({got['replicates']} half-sample replicates, "
+          f"{got['shares']} back-test shares)")
     for phase in ("estimate", "register"):
         print(f"rscale {phase}: {sum(got[phase].values())} estimator fits")
         for where, n in sorted(got[phase].items(), key=lambda kv: -kv[1]):
             print(f"  {n:3d}  from {where}")
     total = sum(got["estimate"].values()) + sum(got["register"].values())
-    print(f"estimate + register: {total} fits for R = {got['R']} replicates")
+    print(f"estimate + register: {total} fits = R + {total - r} for R = {r} stored columns")
 
 
 if __name__ == "__main__":

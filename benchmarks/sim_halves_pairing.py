@@ -19,6 +19,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from _fits import fitted
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,17 +33,9 @@ def main(argv=None):
     ap.add_argument("--n", type=float, default=1e7)
     args = ap.parse_args(argv)
     from rscale import sim
-    from rscale.core.backtest import Backtest, backtest_hardness
-    from rscale.core.estimators.methods import estimate
     from rscale.core.interval import difference_intervals, predicted_intervals
-    from rscale.core.replicates import hardness_replicates, split_key
+    from rscale.core.replicates import split_key
     from rscale.sim.presets import PRESETS
-
-    def fitted(ss):
-        est = estimate(ss, "evt")
-        est = replace(est, replicates=hardness_replicates(ss, method="evt", params=est.params, splits=8))
-        cols, factors = backtest_hardness(ss, method="evt", params=est.params, per_factor=2)
-        return est, Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
 
     print(f"# Python {platform.python_version()}, numpy {np.__version__}; {args.a} - {args.b}, Q={args.queries}, "
           f"S={args.s:g}, K={args.k}, mAP@1000 at N={args.n:g}")
@@ -54,7 +48,7 @@ def main(argv=None):
         for name in (args.a, args.b):
             bench = sim.simulate(replace(PRESETS[name], n_queries=args.queries), seed=seed)
             ss = sim.sample(bench, int(args.s), k=args.k, seed=seed, halves=True)
-            side.append((bench, ss, *fitted(ss)))
+            side.append((bench, ss, *fitted(ss, per_factor=2)))
         (ba, sa, ea, ta), (bb, sb, eb, tb) = side
         t_a, t_b = (float(sim.truth(bn, sn, args.n, "AP", 1000, seed).mean()) for bn, sn in ((ba, sa), (bb, sb)))
         truth = t_a - t_b

@@ -136,7 +136,7 @@ def test_a_removed_evt_parameter_names_what_to_use_instead(key, value, instead):
 
 
 def test_an_older_evt_files_params_replay_as_todays_rule_or_are_refused():
-    # what the budget check re-runs at registration: the stored params of a hardness file
+    # the stored params of a hardness file, as a re-fit replays them (registration no longer re-fits)
     from dataclasses import asdict
     from rscale.core.estimators.evt_config import DEFAULT
     from rscale.core.estimators.methods import stored_params

@@ -21,14 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from protocol import DRAWS, FRACTIONS, K_DRAW, K_TRUTH, PARTITION_SEED, file_digests, score_draw, score_draws
+
 QUERY_WIDTH = 48
 POSITIVE_WIDTHS = (16, 256)      # inclusive range of positive widths
 MAX_QUERIES = 500
-PARTITION_SEED = 14
-FRACTIONS = (0.01, 0.02, 0.05, 0.10)
-DRAWS = 5
-K_TRUTH = 1000
-K_DRAW = 1000
 BENCHMARK = "realset-icons"
 BACKBONE = "mobilenet_v2-imagenet@96"
 _SIZE = re.compile(r"^\d+(x\d+)?(@\d+x?)?$")
@@ -90,10 +87,9 @@ def main(argv=None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rscale.api.scoring import score
     from rscale.store.descriptor_set import write_descriptor_set
     from rscale.score.sampling import hash_uniform
-    from rscale.store.sample_stats_file import read_sample_stats, to_table
+    from rscale.store.sample_stats_file import read_sample_stats
 
     work, out = Path(a.work), Path(a.out)
     parts = sorted(work.glob("files-part*.parquet"))
@@ -120,34 +116,15 @@ def main(argv=None):
     qrels_t = pa.table({"query_id": [q for q, _ in qrels], "positive_id": [image_id(p) for _, p in qrels]})
     pq.write_table(qrels_t, sets / "qrels.parquet")
 
-    def pool_set(name, mask):
-        write_descriptor_set(sets / name, [(pool_ids[mask], np.stack([vec[d] for d in np.asarray(pool)[mask]]))],
-                             role="distractors", dtype="float32", meta=meta)
-        return sets / name
-
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.parquet"):
         old.unlink()
 
     def run(name, mask, k):
-        dset = pool_set(name, mask)
-        tmp = sets / f"{name}.sample_stats.parquet"
-        score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=dset, out=tmp, fraction=1.0,
-              k=min(k, int(mask.sum())), meta={"benchmark": BENCHMARK, "draw": name}, lineage=False)
-        ss = read_sample_stats(tmp)
-        t = to_table(ss)
-        # the engine's scores are float32 values: storing them as float32 is lossless and halves the file
-        for col in ("top_scores", "positive_scores"):
-            t = t.set_column(t.column_names.index(col), col, t.column(col).cast(pa.list_(pa.float32())))
-        pq.write_table(t, out / f"{name}.sample_stats.parquet", compression="zstd", compression_level=19)
-        shutil.rmtree(dset)
-        return int(mask.sum())
+        return score_draw(sets, out, name, pool_ids[mask], np.stack([vec[d] for d in np.asarray(pool)[mask]]), k=k,
+                          meta=meta, benchmark=BENCHMARK)
 
-    sizes = {"truth": run("truth", np.ones(len(pool), bool), K_TRUTH)}
-    for f in FRACTIONS:
-        for j in range(DRAWS):
-            name = f"draw-{round(f * 100):02d}pct-{j}"
-            sizes[name] = run(name, (u >= j * f) & (u < (j + 1) * f), K_DRAW)
+    sizes = score_draws(run, u)
     pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
     pkg_of = dict(zip(files["digest"], files["package"]))
     pq.write_table(pa.table({"id": pool_ids, "u": u, "digest": pool, "package": [pkg_of[d] for d in pool]}),
@@ -165,7 +142,7 @@ def main(argv=None):
                       "draw": "{id : j f <= u < (j + 1) f}", "fractions": list(FRACTIONS), "draws": DRAWS},
         "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW,
         "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
-        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))},
+        "files": file_digests(out),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "truth_map_at_1000", "corpus")}))

@@ -20,26 +20,17 @@ import argparse
 import hashlib
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from protocol import package_versions
+
 PACKAGES = ["oxygen-icon-theme", "mate-icon-theme", "gnome-icon-theme", "tango-icon-theme",
             "elementary-xfce-icon-theme", "adwaita-icon-theme", "openclipart-png"]
 RESOLUTION = 96
 BATCH = 64
-
-
-def package_versions() -> dict:
-    out = {}
-    for p in PACKAGES:
-        v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", p], capture_output=True, text=True)
-        if v.returncode != 0:
-            sys.exit(f"package {p} is not installed: apt-get install {p} (see docs/realset.md for the versions)")
-        out[p] = v.stdout.strip()
-    return out
 
 
 def list_files() -> list[tuple[str, str, str]]:
@@ -96,7 +87,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    versions = package_versions()
+    versions = package_versions(PACKAGES, "docs/realset.md")
     files = list_files()[a.part::a.parts]
     if a.limit:
         files = files[:a.limit]

@@ -25,10 +25,10 @@ import argparse
 import bisect
 import gzip
 import hashlib
+import importlib.util
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 import unicodedata
@@ -36,6 +36,20 @@ from pathlib import Path
 
 import numpy as np
 
+
+def _load_protocol():
+    """benchmarks/realset/protocol.py (the real sets' shared draw protocol), by file: this script is
+    also loaded by file (tests/test_realset2.py), so its folder's parent is not on the path."""
+    spec = importlib.util.spec_from_file_location("realset_protocol",
+                                                  Path(__file__).resolve().parent.parent / "realset" / "protocol.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+protocol = _load_protocol()
+PARTITION_SEED, FRACTIONS, DRAWS, K_TRUTH, K_DRAW = (protocol.PARTITION_SEED, protocol.FRACTIONS, protocol.DRAWS,
+                                                     protocol.K_TRUTH, protocol.K_DRAW)
 PACKAGES = ("wordnet-base", "dict-gcide")
 WORDNET = Path("/usr/share/wordnet")
 GCIDE_INDEX = Path("/usr/share/dictd/gcide.index")
@@ -47,11 +61,6 @@ MIN_QUERY_WORDS = 3
 GCIDE_WORDS = (5, 60)           # inclusive range of words of a kept GCIDE paragraph
 QUOTE_MIN_WORDS = 4             # exclusion 4: positives this long are looked for inside pool texts
 POOL_TARGET = 230_000
-PARTITION_SEED = 14
-FRACTIONS = (0.01, 0.02, 0.05, 0.10)
-DRAWS = 5
-K_TRUTH = 1000
-K_DRAW = 1000
 CHUNK = 2048
 BATCH = 64
 MAX_TOKENS = 256                # the model's own max_seq_length (sentence_bert_config.json)
@@ -232,22 +241,12 @@ def select(wordnet, gcide, *, max_queries=MAX_QUERIES, pool_target=POOL_TARGET):
     return queries, qrels, pool, counts
 
 
-def package_versions() -> dict:
-    out = {}
-    for p in PACKAGES:
-        v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", p], capture_output=True, text=True)
-        if v.returncode != 0:
-            sys.exit(f"package {p} is not installed: apt-get install {p} (see docs/realset2.md for the versions)")
-        out[p] = v.stdout.strip()
-    return out
-
-
 def stage_corpus(work: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from rscale.score.sampling import hash_uniform
-    versions = package_versions()
+    versions = protocol.package_versions(PACKAGES, "docs/realset2.md")
     t0 = time.perf_counter()
     wordnet, gcide = read_wordnet(), read_gcide()
     queries, qrels, pool, counts = select(wordnet, gcide)
@@ -415,10 +414,9 @@ def stage_score(work: Path, out: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rscale.api.scoring import score
     from rscale.core.metrics import ap_at_k_from_counts
     from rscale.store.descriptor_set import write_descriptor_set
-    from rscale.store.sample_stats_file import read_sample_stats, to_table
+    from rscale.store.sample_stats_file import read_sample_stats
 
     texts = pq.read_table(work / "texts.parquet").to_pandas()
     corpus = json.loads((work / "corpus.json").read_text())
@@ -454,30 +452,15 @@ def stage_score(work: Path, out: Path):
         old.unlink()
 
     def run(name, mask, k):
-        dset = sets / name
-        write_descriptor_set(dset, [(pool_ids[mask], pool_vec[mask])], role="distractors", dtype="float32", meta=meta)
-        tmp = sets / f"{name}.sample_stats.parquet"
-        score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=dset, out=tmp,
-              fraction=1.0, k=min(k, int(mask.sum())), meta={"benchmark": BENCHMARK, "draw": name}, lineage=False)
-        t = to_table(read_sample_stats(tmp))
-        # the engine's scores are float32 values: storing them as float32 is lossless and halves the file
-        for col in ("top_scores", "positive_scores"):
-            t = t.set_column(t.column_names.index(col), col, t.column(col).cast(pa.list_(pa.float32())))
         # byte-stream-split floats compress ~2x better under zstd (lossless; any Parquet reader)
-        pq.write_table(t, out / f"{name}.sample_stats.parquet", compression="zstd", compression_level=19,
-                       use_dictionary=False,
-                       use_byte_stream_split=["top_scores.list.element", "positive_scores.list.element"])
-        shutil.rmtree(dset)
-        print(f"scored {name}: S = {int(mask.sum())}", flush=True)
-        return int(mask.sum())
+        size = protocol.score_draw(sets, out, name, pool_ids[mask], pool_vec[mask], k=k, meta=meta, benchmark=BENCHMARK,
+                                   use_dictionary=False,
+                                   use_byte_stream_split=["top_scores.list.element", "positive_scores.list.element"])
+        print(f"scored {name}: S = {size}", flush=True)
+        return size
 
     t0 = time.perf_counter()
-    sizes = {"truth": run("truth", np.ones(len(pool_ids), bool), K_TRUTH)}
-    for f in FRACTIONS:
-        for j in range(DRAWS):
-            # a cut pool is the slice u <= u_max: the draws are the same slices of it, scaled
-            lo, hi = j * f * u_max, (j + 1) * f * u_max
-            sizes[f"draw-{round(f * 100):02d}pct-{j}"] = run(f"draw-{round(f * 100):02d}pct-{j}", (u >= lo) & (u < hi), K_DRAW)
+    sizes = protocol.score_draws(run, u, u_max)
     pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
     pq.write_table(pa.table({"id": pool_ids, "u": u, "source": pool["source"].to_numpy()}),
                    out / "pool_ids.parquet", compression="zstd", compression_level=19)
@@ -492,7 +475,7 @@ def stage_score(work: Path, out: Path):
                       "draw": "{id : j f u_max <= u < (j + 1) f u_max}", "fractions": list(FRACTIONS), "draws": DRAWS},
         "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW, "score_seconds": round(time.perf_counter() - t0, 1),
         "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
-        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.parquet"))},
+        "files": protocol.file_digests(out),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))

@@ -12,10 +12,11 @@ from rscale.api.querying import query
 
 def registration_summary(hardness, sample_stats=None, *, tail_fits=None) -> dict:
     """The summary a version is registered with: what its hardness table carries (sizes, rule
-    shares, replicates) and, when given the sample stats it was estimated from, the share of
-    rejected tails (no fit) and the sufficient-budget check (:func:`rscale.core.budget.budget_check`:
-    3 estimator fits, on S/8, S/4, S/2; S is the stored estimate). Nothing is re-estimated at S:
-    the interval comes from the stored replicates. Import recomputes it from a bundle's verified blobs."""
+    shares, replicates, the sufficient-budget check :func:`rscale.core.budget.budget_check` from
+    the stored half-sample replicates, or its ``error`` when the table has none) and, when given
+    the sample stats it was estimated from, the share of rejected tails. No estimator fit: the
+    interval and the budget check come from what the file stores. Import recomputes it from a
+    bundle's verified blobs."""
     from rscale.core.estimators.base import rule_shares
     from rscale.errors import RscaleError
     from rscale.store.hardness_file import read_hardness
@@ -28,15 +29,15 @@ def registration_summary(hardness, sample_stats=None, *, tail_fits=None) -> dict
                "replicates": 0 if est.replicates is None else int(est.replicates.shape[1])}
     if est.replicates is not None and info["replicates"].get("split_key"):
         summary["split_key"] = info["replicates"]["split_key"]    # versions with one key pair (for A vs B)
+    from rscale.core.budget import budget_check
+    try:
+        summary["budget"] = budget_check(est)
+    except RscaleError as exc:  # no replicates stored (rscale.core.budget.NO_REPLICATES): say so, still register
+        summary["budget"] = {"error": str(exc)}
     if sample_stats is None:
         return summary
-    from rscale.core.budget import budget_check
     from rscale.store.sample_stats_file import read_sample_stats
     ss = read_sample_stats(sample_stats)
-    try:
-        summary["budget"] = budget_check(ss, est.method, params=est.params, full=est)
-    except RscaleError as exc:  # a sample too small to halve three times: say so, still register
-        summary["budget"] = {"error": str(exc)}
     from rscale.store.hardness_file import read_tail_fits, tail_path
     tails = tail_path(hardness) if tail_fits is None else Path(tail_fits)
     if est.method in ("evt", "evt-paper") and tails.exists():

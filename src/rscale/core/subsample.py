@@ -24,7 +24,10 @@ from rscale.errors import InvalidArgumentError
 def subsample(ss: SampleStats, p: float, seed: int = 0, k: int | None = None,
               complement: bool = False) -> SampleStats:
     """Sample stats of a uniform p-thinning of the sample; the top lists keep ``k`` scores
-    (default: the smallest number of kept top scores over queries).
+    (default: the smallest number of kept top scores over queries, which must be at least 1).
+    ``k=0`` keeps no top score: the counts and S alone, still exact (what the curve baselines
+    read; a chain of default sub-samples cuts every query's list to the fewest kept, so K shrinks
+    faster than S and runs out on short lists).
 
     ``complement=True`` returns the distractors the same ``seed`` would *not* keep: with p = 1/2
     the two calls give disjoint halves of the sample.
@@ -40,9 +43,12 @@ def subsample(ss: SampleStats, p: float, seed: int = 0, k: int | None = None,
         keep = ~keep
     n_kept = keep.sum(axis=1)
     k_new = int(n_kept.min()) if k is None else int(k)
-    if k_new < 1 or np.any(n_kept < k_new):
+    need = max(k_new, 1 if k is None else 0)
+    if k_new < 0 or np.any(n_kept < need):
+        worst = int(np.argmin(n_kept))
         raise InvalidArgumentError(
-            f"a {p:g} sub-sample keeps too few top scores (min {int(n_kept.min())}) for K={k_new}")
+            f"a {p:g} sub-sample of query {ss.query_ids[worst]} keeps {int(n_kept[worst])} of its {kk} top scores "
+            f"(S={int(ss.n_sampled[worst])}); it needs {need} per query: a longer top list (K) or a larger sample")
     # kept scores stay in descending order when we sort keep-first, stable by position
     order = np.argsort(~keep, axis=1, kind="stable")
     top = np.take_along_axis(ss.top_scores, order, axis=1)[:, :k_new]

@@ -4,10 +4,11 @@
   the percentile interval of the mean is the query CI the paper reports.
 - :func:`paired_difference`: the same resampled queries for two backbones; a difference whose CI
   contains 0 is *not resolved*.
-- :func:`sufficient_budget`: predictions from nested sub-samples S/8, S/4, S/2, S; the budget is
-  sufficient for N when the last doubling changes the prediction by no more than query-sampling
-  noise (the half-width of the full-sample prediction's 95% query CI, 1.96 sd / sqrt(Q)), the
-  paper's criterion (appendix D).
+- :func:`sufficient_budget`: per-query predictions from growing samples ending at S (the budget
+  check, :mod:`rscale.core.budget`, passes S/2 as the average of the stored halves, then S); the
+  budget is sufficient for N when the last doubling changes the prediction by no more than
+  query-sampling noise (the half-width of the full-sample prediction's 95% query CI,
+  1.96 sd / sqrt(Q)), the paper's criterion (appendix D).
 
 The interval every command reports is built from these and the stored replicates in
 :mod:`rscale.core.interval`.
@@ -94,7 +95,7 @@ class BudgetCheck:
 
 
 def sufficient_budget(per_query_by_fraction, fractions, b: int = 1000, seed: int = 0) -> BudgetCheck:
-    """Compare per-query predictions from nested sub-samples (rows, ascending fractions)."""
+    """Compare per-query predictions from growing samples (rows, ascending fractions, the last S)."""
     pq = np.asarray(per_query_by_fraction, dtype=np.float64)
     fr = np.asarray(fractions, dtype=np.float64)
     if pq.ndim != 2 or pq.shape[0] != fr.size or fr.size < 2:

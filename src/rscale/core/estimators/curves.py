@@ -27,13 +27,15 @@ CURVE_METHODS = ("naive", "loguniform", "powerlaw")
 
 
 def nested_hardness(ss: SampleStats, levels: int = 4, seed: int = 0) -> list[np.ndarray]:
-    """Realised fractions c'/S' of nested sub-samples S, S/2, ..., S/2^levels (flat, per positive)."""
+    """Realised fractions c'/S' of nested sub-samples S, S/2, ..., S/2^levels (flat, per positive).
+    The sub-samples keep no top list (``k=0``): only the counts are read, and a list cut to the
+    fewest kept at every level would run out on short ones (a sample with K = S = 202)."""
     from rscale.core.subsample import subsample
 
     out, cur = [], ss
     for i in range(levels + 1):
         if i:
-            cur = subsample(cur, 0.5, seed=seed + i)
+            cur = subsample(cur, 0.5, seed=seed + i, k=0)
         out.append(np.minimum(cur.pos_counts / cur.n_sampled[cur.positive_query()], 1.0))
     return out
 
