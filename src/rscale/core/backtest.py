@@ -109,6 +109,8 @@ class Backtest:
     counts: np.ndarray
     columns: np.ndarray | None = None
     column_factors: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    column_counts: np.ndarray | None = None
+    column_sizes: np.ndarray | None = None
 
     def factors(self, est) -> list[int]:
         """Stored factors: 2 when ``est`` has replicates and the file a back-test (version 3), and
@@ -220,6 +222,96 @@ def carry(share_factors, share_errors, factor: float, *, level: float = 0.95) ->
     return point, point - half, point + half
 
 
+def share_counts(ss, column_factors, *, per_factor: int = PER_FACTOR, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """((P, C) counts, (Q, C) sizes) of the stored share columns of factors ``column_factors`` (in
+    their order, as :func:`backtest_hardness` made them): per share, how many of its own sampled
+    distractors lie at or above each positive, and how many it holds per query. No fit: the same
+    thinning (:func:`disjoint_shares`) read again."""
+    factors = np.asarray(column_factors, dtype=np.int64)
+    counts, sizes = [], []
+    for m in dict.fromkeys(int(f) for f in factors):
+        n = int(np.sum(factors == m))
+        for share in disjoint_shares(ss, m, min(n, per_factor), seed):
+            counts.append(share.pos_counts)
+            sizes.append(share.n_sampled)
+    if not counts:
+        return np.empty((ss.n_positives, 0), dtype=np.int64), np.empty((ss.n_queries, 0), dtype=np.int64)
+    return np.stack(counts, axis=1).astype(np.int64), np.stack(sizes, axis=1).astype(np.int64)
+
+
+def _stack_means(offsets, x, sizes, mode, metric, k) -> np.ndarray:
+    """Mean metric of each row of the hardness stack ``x`` (B, P) for galleries of ``sizes`` (B, Q)
+    distractors per query: x n / n_ref at N = n_ref, the plug-in rank j + n x."""
+    from rscale.core import law
+    n_ref = float(np.max(sizes))
+    scale = np.repeat(np.asarray(sizes, dtype=np.float64) / n_ref, np.diff(offsets), axis=1)
+    h = law.Hardness.from_flat(np.clip(x * scale, 0.0, 1.0), offsets)
+    return law.per_query(h, metric, n_ref, k, mode).mean(axis=-1)
+
+
+def _exact_means(offsets, counts, metric, k) -> np.ndarray:
+    """Exact metric of each gallery whose counts per positive are the rows of ``counts`` (B, P):
+    rank j + c (the plug-in on c / n_ref at N = n_ref, n_ref above every count)."""
+    from rscale.core import law
+    n_ref = float(np.max(counts)) + 1.0
+    h = law.Hardness.from_flat(np.asarray(counts, dtype=np.float64) / n_ref, offsets)
+    return law.per_query(h, metric, n_ref, k, "plugin").mean(axis=-1)
+
+
+def own_error(est, counts, metric: str, k, mode: str) -> float:
+    """e_11: the estimate's own point prediction of a gallery equal to its sample (N = S_q per
+    query; averaged over the posterior draws where the point is) minus that gallery's exact value."""
+    from rscale.core.prediction import resolve_mode
+    mode = resolve_mode(metric, mode, est.method)
+    point = est.x[None] if est.draws is None else est.draws.T
+    sizes = np.broadcast_to(est.n_sampled, (point.shape[0], est.n_sampled.size))
+    return float(np.mean(_stack_means(est.offsets, point, sizes, mode, metric, k))
+                 - _exact_means(est.offsets, np.asarray(counts)[None], metric, k)[0])
+
+
+def increment_errors(est, bt: Backtest, metric: str, k, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(u, d) of every stored share with counts: for share i of a factor's g shares and every union
+    U of i with j - 1 others (j = 2..g), d = (i's error at U) - (i's error at its own gallery),
+    u = log j. Each error is i's prediction for a gallery of U's distractors minus U's exact value
+    (from the stored counts): the same share, the same K / m excesses, factor j; its own level
+    cancels in d (module docstring)."""
+    import itertools
+
+    from rscale.core.prediction import resolve_mode
+    mode = resolve_mode(metric, mode, est.method)
+    us, ds = [], []
+    factors = np.asarray(bt.column_factors)
+    for m in dict.fromkeys(int(f) for f in factors):
+        idx = np.flatnonzero(factors == m)
+        groups = [(i, g) for j in range(1, idx.size + 1) for i in range(idx.size)
+                  for g in itertools.combinations(range(idx.size), j) if i in g]
+        if idx.size < 2:
+            continue
+        cols = bt.column_counts[:, idx].T                          # (g, P)
+        size = bt.column_sizes[:, idx].T                           # (g, Q)
+        x = np.stack([bt.columns[:, idx[i]] for i, _ in groups])
+        pred = _stack_means(est.offsets, x, np.stack([size[list(g)].sum(axis=0) for _, g in groups]), mode, metric, k)
+        unions = sorted({g for _, g in groups})
+        exact = dict(zip(unions, _exact_means(est.offsets, np.stack([cols[list(g)].sum(axis=0) for g in unions]),
+                                              metric, k)))
+        err = {(i, g): p - exact[g] for (i, g), p in zip(groups, pred)}
+        for (i, g), e in err.items():
+            if len(g) > 1:
+                us.append(np.log(len(g)))
+                ds.append(e - err[(i, (i,))])
+    return np.asarray(us, dtype=np.float64), np.asarray(ds, dtype=np.float64)
+
+
+def carry_level(own: float, u, d, factor: float, *, level: float = 0.95) -> tuple[float, float, float]:
+    """(e(f), low, high): the estimate's own error at N = S, ``own``, plus the shares' increments
+    ``d`` at log-factors ``u`` regressed on u through 0 (d = c u) and carried to U = log f with the
+    t prediction interval of one new increment: own + c U +- t_{n-1} s sqrt(1 + U^2 / sum u_i^2).
+
+    Example: ``carry_level(-0.004, [0.69, 1.1, 1.39], [0.003, 0.005, 0.0065], 20.0)`` is about
+    (0.010, 0.009, 0.011)."""
+    return tuple(own + v for v in carry(np.exp(np.asarray(u, dtype=np.float64)), d, factor, level=level))
+
+
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,
                    cache: dict | None = None, level: float = 0.95) -> BacktestError | None:
     """e(f) and its band at extrapolation factor ``factor`` = N / S (:func:`carry` on every stored
@@ -284,4 +376,5 @@ def backtest_fields(b: BacktestError | None) -> dict:
 
 __all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "carry", "difference_error",
            "backtest_hardness", "disjoint_shares",
-           "factor_errors", "max_factor", "sample_metric"]
+           "carry_level", "factor_errors", "increment_errors", "max_factor", "own_error", "sample_metric",
+           "share_counts"]
