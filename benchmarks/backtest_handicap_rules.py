@@ -13,6 +13,10 @@ the error at U = log(N / S) of the full sample (w = 0); the interval is the ship
 - lvlq:   lvl with the quarters' increments alone (no counts of the halves needed)
 - lvlw:   the same with the increment's slope depending on the share size, c + d w, at w = 0
 - lvl2:   increments on u and u^2 through 0 (a bias growing faster than log f), at w = 0
+- lvl2q:  the quarters' increments alone on u and u^2
+- lvl2w:  every increment on u, u^2 and u w through 0, at w = 0 (the chosen candidate,
+          rscale.core.backtest.carry_level): a bias growing faster than log f, at a rate that
+          depends on the share's excess count; t band of one new increment (n - 3 dof)
 - env:    the union of the lvl and old bands (either may be right)
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/backtest_handicap_rules.py benchmarks/backtest_handicap_design.jsonl [...]
@@ -76,12 +80,14 @@ def band(r, rule):
         u, _, e = points(r, {(2, 2), (4, 4)})
         return ols_band(u[:, None], e, np.array([big_u]))
     e11 = r["errors"]["1,1"][0]
-    u, w, d = increments(r, halves=rule != "lvlq")
+    u, w, d = increments(r, halves=rule not in ("lvlq", "lvl2q"))
     if rule in ("lvl", "lvlq"):
         lo, hi = ols_band(u[:, None], d, np.array([big_u]))
     elif rule == "lvlw":
         lo, hi = ols_band(np.c_[u, u * w], d, np.array([big_u, 0.0]))
-    elif rule == "lvl2":
+    elif rule == "lvl2w":
+        lo, hi = ols_band(np.c_[u, u * u, u * w], d, np.array([big_u, big_u * big_u, 0.0]))
+    elif rule in ("lvl2", "lvl2q"):
         lo, hi = ols_band(np.c_[u, u * u], d, np.array([big_u, big_u * big_u]))
     elif rule == "env":
         a, b = band(r, "old")
@@ -100,7 +106,7 @@ def interval(r, rule):
     return min(v, v - hi) - h, max(v, v - lo) + h
 
 
-RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "env"]
+RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "lvl2q", "lvl2w", "env"]
 
 
 def main(argv=None):

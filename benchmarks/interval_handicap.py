@@ -37,8 +37,6 @@ N_SIM = 1e8
 
 def make_cell(spec, n, s, seed, method, d: Path):
     from rscale import api, sim
-    from rscale.core.backtest import share_counts
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.sample_stats_file import write_sample_stats
     bench = sim.simulate(spec, seed=seed)
     ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
@@ -51,13 +49,23 @@ def make_cell(spec, n, s, seed, method, d: Path):
     mode = MODE.get(method)
     text = f"mAP@1000 at N={int(n)} for b using {method}" + (f" {mode}" if mode else "")
     row = api.query(text, d / "reg", ci_kind="benchmark")["rows"][0]
-    _, info = read_hardness(d / "h.parquet")
-    counts, sizes = share_counts(ss, info["backtest"].column_factors)
-    np.savez(d / "share_counts.npz", counts=counts, sizes=sizes)
-    (d / "s.parquet").unlink()                    # large; the counts are what the rules need
+    save_counts(ss, d / "h.parquet", d / "share_counts.npz")
     (d / "cell.json").write_text(json.dumps({"truth": truth, "n": n, "method": method, "mode": mode,
                                              "row": {k: row[k] for k in ("value", "ci_low", "ci_high")}}))
     return time.perf_counter() - t
+
+
+def save_counts(ss, h_path, out):
+    """The shares' and the halves' own counts and sizes (no fit), for the level carry."""
+    from rscale.core.backtest import share_counts
+    from rscale.core.replicates import replicate_counts
+    from rscale.store.hardness_file import read_hardness
+    est, info = read_hardness(h_path)
+    counts, sizes = share_counts(ss, info["backtest"].column_factors)
+    arrays = {"counts": counts, "sizes": sizes}
+    if est.replicates is not None:
+        arrays["rep_counts"], arrays["rep_sizes"] = replicate_counts(ss, splits=est.replicates.shape[1] // 2)
+    np.savez(out, **arrays)
 
 
 def both_rules(h_path, counts_path, n, mode):
@@ -74,13 +82,15 @@ def both_rules(h_path, counts_path, n, mode):
     bt = info["backtest"]
     (pq, lo, hi, b), = predicted_intervals(est, [("AP", 1000, n)], mode=mode, backtest=bt)
     c = np.load(counts_path)
-    bt2 = replace(bt, column_counts=c["counts"], column_sizes=c["sizes"])
+    bt2 = replace(bt, column_counts=c["counts"], column_sizes=c["sizes"],
+                  replicate_counts=c["rep_counts"] if "rep_counts" in c else None,
+                  replicate_sizes=c["rep_sizes"] if "rep_sizes" in c else None)
     factor = n / float(np.max(est.n_sampled))
     new_band = None
-    if bt2.columns is not None and bt2.columns.shape[1] >= 2:
-        u, dd = increment_errors(est, bt2, "AP", 1000, mode)
+    u, w, dd = increment_errors(est, bt2, "AP", 1000, mode)
+    if dd.size >= 2 and factor > 1:
         e11 = own_error(est, bt2.counts, "AP", 1000, mode)
-        new_band = carry_level(e11, u, dd, factor)
+        new_band = carry_level(e11, u, w, dd, factor)
     elif b is not None:
         new_band = (b.at_n, b.low, b.high)         # no quarters: the halves' carry stays
     reps = replicate_per_query(est, "AP", n, 1000, mode)
@@ -105,18 +115,14 @@ def measure(root: Path):
 
 
 def real_rows(h_dir, data):
-    from rscale.core.backtest import share_counts
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.sample_stats_file import read_sample_stats
     man = json.loads((Path(data) / "manifest.json").read_text())
     rows = []
     for h in sorted(p for p in Path(h_dir).glob("draw-*.parquet") if len(p.name.split(".")) == 3):
         draw, method = h.name.split(".")[0], h.name.split(".")[1]
         ss = read_sample_stats(Path(data) / f"{draw}.sample_stats.parquet")
-        _, info = read_hardness(h)
-        counts, sizes = share_counts(ss, info["backtest"].column_factors)
         cp = Path(h_dir) / f"{draw}.{method}.share_counts.npz"
-        np.savez(cp, counts=counts, sizes=sizes)
+        save_counts(ss, h, cp)
         value, lo, hi, lo_n, hi_n, old_b, new_b = both_rules(h, cp, float(man["pool"]), MODE.get(method))
         rows.append({"method": method, "scenario": draw, "fraction": draw.split("-")[1], "truth": man["truth_map_at_1000"],
                      "value": value, "old_lo": lo, "old_hi": hi, "lo": lo_n, "hi": hi_n, "old_band": old_b,

@@ -86,7 +86,8 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
     got = info["backtest"]
     np.testing.assert_array_equal(got.columns, cols)
     assert got.column_factors.tolist() == factors.tolist()
-    assert info["schema_version"] == 4 and got.factors(back) == [4]          # no replicates: no factor 2
+    assert info["schema_version"] == 5 and got.factors(back) == [4]          # no replicates: no factor 2
+    assert got.column_counts is None                                          # none given: none stored
     # metadata that no longer matches the columns: one line naming the column, not a traceback
     t = pq.read_table(tmp_path / "h.parquet")
     md = dict(t.schema.metadata)
@@ -197,3 +198,31 @@ def test_reading_replicates_and_back_test_does_not_import_pyarrow_compute(tmp_pa
             "'pyarrow.compute' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
     assert out == ["4", "2", "['backtest', 'replicates', 'x'] False"]
+
+
+def test_backtest_share_counts_round_trip_and_inconsistent_ones_are_refused(tmp_path, ss):
+    # version 5: each back-test share's own counts and per-query sizes (no fit: the same thinning)
+    import pyarrow as pa
+
+    from rscale.core.backtest import Backtest, backtest_hardness, share_counts
+    est = estimate(ss, "count")
+    cols, factors = backtest_hardness(ss, method="count", params={})
+    c, n = share_counts(ss, factors)
+    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, column_counts=c, column_sizes=n)
+    write_hardness(est, ss, tmp_path / "h.parquet", None, bt, {"per_factor": 4, "seed": 1})
+    _, info = read_hardness(tmp_path / "h.parquet")
+    np.testing.assert_array_equal(info["backtest"].column_counts, c)
+    np.testing.assert_array_equal(info["backtest"].column_sizes, n)
+    assert n.shape == (ss.n_queries, 4) and np.array_equal(c.sum(axis=1), ss.pos_counts)
+    t = pq.read_table(tmp_path / "h.parquet")
+    bad = c.copy()
+    bad[3, 1] = n[0, 1] + 5                                  # more than the share holds
+    i = t.schema.get_field_index("backtest_counts")
+    t2 = t.set_column(i, "backtest_counts", pa.FixedSizeListArray.from_arrays(pa.array(bad.ravel()), 4))
+    pq.write_table(t2, tmp_path / "bad.parquet")
+    with pytest.raises(FormatError, match="counts or sizes are inconsistent") as err:
+        read_hardness(tmp_path / "bad.parquet")
+    assert err.value.column == "backtest_counts" and err.value.row == 3
+    pq.write_table(t.drop_columns(["backtest_sizes"]), tmp_path / "half.parquet")
+    with pytest.raises(FormatError, match="come together"):
+        read_hardness(tmp_path / "half.parquet")

@@ -105,12 +105,14 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
                 rep_meta["halves"] = "by distractor id"      # read off the sample stats (rscale.core.halves)
         except RscaleError as exc:       # a sample too small to halve: stored without, and said
             rep_note = f"no replicates: {exc}"
-    from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness
+    from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness, share_counts
     from rscale.core.backtest import SEED as BT_SEED
     bt, bt_meta = None, None
     if backtest:
         cols, factors = backtest_hardness(ss, method=method, params=est.params)
-        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
+        share_c, share_n = share_counts(ss, factors)        # no fit: the same thinning read again
+        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, column_counts=share_c,
+                      column_sizes=share_n)
         bt_meta = {"per_factor": PER_FACTOR, "seed": BT_SEED}
     fits = 1 + (0 if est.replicates is None else int(est.replicates.shape[1])) + (0 if bt is None else int(bt.columns.shape[1]))
     secs = time.perf_counter() - t

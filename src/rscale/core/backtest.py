@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+CARRY = "slope"             # the shipped carry: "slope" (carry) or "level" (carry_level where the file has the shares' counts)
 FACTORS = (4,)              # with the halves (2): chosen on the simulator design set (module docstring)
 PER_FACTOR = 4              # disjoint shares re-estimated per factor (4 fits)
 MIN_SUB_SAMPLED = 100       # a share keeps at least this many sampled distractors per query
@@ -111,6 +112,8 @@ class Backtest:
     column_factors: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     column_counts: np.ndarray | None = None
     column_sizes: np.ndarray | None = None
+    replicate_counts: np.ndarray | None = None
+    replicate_sizes: np.ndarray | None = None
 
     def factors(self, est) -> list[int]:
         """Stored factors: 2 when ``est`` has replicates and the file a back-test (version 3), and
@@ -137,6 +140,8 @@ class BacktestError:
     high: float = float("nan")
     share_factors: np.ndarray = field(default=None, compare=False, repr=False)
     share_errors: np.ndarray = field(default=None, compare=False, repr=False)
+    own: float = float("nan")
+    increments: tuple | None = field(default=None, compare=False, repr=False)
 
 
 def sample_metric(est, counts, metric: str, k) -> np.ndarray:
@@ -269,24 +274,34 @@ def own_error(est, counts, metric: str, k, mode: str) -> float:
                  - _exact_means(est.offsets, np.asarray(counts)[None], metric, k)[0])
 
 
-def increment_errors(est, bt: Backtest, metric: str, k, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """(u, d) of every stored share with counts: for share i of a factor's g shares and every union
-    U of i with j - 1 others (j = 2..g), d = (i's error at U) - (i's error at its own gallery),
-    u = log j. Each error is i's prediction for a gallery of U's distractors minus U's exact value
-    (from the stored counts): the same share, the same K / m excesses, factor j; its own level
-    cancels in d (module docstring)."""
+def increment_errors(est, bt: Backtest, metric: str, k, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(u, w, d) of every stored share with counts. For share i of a factor's g disjoint 1/m shares
+    and every union U of i with j - 1 others (j = 2..g), d = (i's error at U) - (i's error at its
+    own gallery), u = log j, w = log m; for each half (the replicates, with their counts) the union
+    with its complement, the sample: u = w = log 2. Each error is the share's prediction for a
+    gallery of U's distractors minus U's exact value (from the stored counts): the same share, the
+    same K / m excesses, factor j; its own level cancels in d (module docstring)."""
     import itertools
 
     from rscale.core.prediction import resolve_mode
     mode = resolve_mode(metric, mode, est.method)
-    us, ds = [], []
+    us, ws, ds = [], [], []
+    if bt.replicate_counts is not None and est.replicates is not None:
+        x = est.replicates.T                                       # (R, P)
+        own = _stack_means(est.offsets, x, bt.replicate_sizes.T, mode, metric, k) - _exact_means(
+            est.offsets, bt.replicate_counts.T, metric, k)
+        full = _stack_means(est.offsets, x, np.broadcast_to(est.n_sampled, (x.shape[0], est.n_sampled.size)), mode,
+                            metric, k) - _exact_means(est.offsets, np.asarray(bt.counts)[None], metric, k)[0]
+        us += [np.log(2.0)] * x.shape[0]
+        ws += [np.log(2.0)] * x.shape[0]
+        ds += list(full - own)
     factors = np.asarray(bt.column_factors)
-    for m in dict.fromkeys(int(f) for f in factors):
+    for m in (dict.fromkeys(int(f) for f in factors) if bt.column_counts is not None else ()):
         idx = np.flatnonzero(factors == m)
-        groups = [(i, g) for j in range(1, idx.size + 1) for i in range(idx.size)
-                  for g in itertools.combinations(range(idx.size), j) if i in g]
         if idx.size < 2:
             continue
+        groups = [(i, g) for j in range(1, idx.size + 1) for i in range(idx.size)
+                  for g in itertools.combinations(range(idx.size), j) if i in g]
         cols = bt.column_counts[:, idx].T                          # (g, P)
         size = bt.column_sizes[:, idx].T                           # (g, Q)
         x = np.stack([bt.columns[:, idx[i]] for i, _ in groups])
@@ -298,18 +313,41 @@ def increment_errors(est, bt: Backtest, metric: str, k, mode: str) -> tuple[np.n
         for (i, g), e in err.items():
             if len(g) > 1:
                 us.append(np.log(len(g)))
+                ws.append(np.log(m))
                 ds.append(e - err[(i, (i,))])
-    return np.asarray(us, dtype=np.float64), np.asarray(ds, dtype=np.float64)
+    return (np.asarray(us, dtype=np.float64), np.asarray(ws, dtype=np.float64), np.asarray(ds, dtype=np.float64))
 
 
-def carry_level(own: float, u, d, factor: float, *, level: float = 0.95) -> tuple[float, float, float]:
+def carry_level(own: float, u, w, d, factor: float, *, level: float = 0.95) -> tuple[float, float, float]:
     """(e(f), low, high): the estimate's own error at N = S, ``own``, plus the shares' increments
-    ``d`` at log-factors ``u`` regressed on u through 0 (d = c u) and carried to U = log f with the
-    t prediction interval of one new increment: own + c U +- t_{n-1} s sqrt(1 + U^2 / sum u_i^2).
+    ``d`` (at log-factors ``u``, share sizes w = log m) regressed through 0 on u, u^2 and u w
+    (d = a u + b u^2 + c u w: a bias growing with log f, faster where b > 0, at a rate that
+    depends on the share's excess count), carried to U = log f at w = 0 (the user's own fit) with
+    the t prediction interval of one new increment: own + a U + b U^2 +- t_{n-p} s
+    sqrt(1 + x0' (X'X)^-1 x0), x0 = (U, U^2, 0). A term the data cannot identify (one share size:
+    no u w; one factor: no u^2) is left out. Fewer points than terms + 1: the point, no band.
 
-    Example: ``carry_level(-0.004, [0.69, 1.1, 1.39], [0.003, 0.005, 0.0065], 20.0)`` is about
-    (0.010, 0.009, 0.011)."""
-    return tuple(own + v for v in carry(np.exp(np.asarray(u, dtype=np.float64)), d, factor, level=level))
+    Example: ``carry_level(-0.004, [0.69] * 3 + [1.1, 1.39], [0.69] * 3 + [1.39] * 2,
+    [0.002, 0.0025, 0.003, 0.006, 0.008], 20.0)`` is about (0.010, -0.065, 0.085)."""
+    from rscale.core.interval import _t_quantile
+    u, w, e = (np.asarray(a, dtype=np.float64) for a in (u, w, d))
+    big_u = float(np.log(factor))
+    terms, x0 = [u], [big_u]
+    if np.unique(u).size >= 2:
+        terms.append(u * u)
+        x0.append(big_u * big_u)
+    if np.unique(w).size >= 2:
+        terms.append(u * w)
+        x0.append(0.0)
+    x, x0 = np.stack(terms, axis=1), np.asarray(x0)
+    beta = np.linalg.lstsq(x, e, rcond=None)[0]
+    point = own + float(x0 @ beta)
+    dof = e.size - x.shape[1]
+    if dof < 1:
+        return point, point, point
+    s = float(np.sqrt(np.sum((e - x @ beta) ** 2) / dof))
+    half = _t_quantile(level, dof) * s * float(np.sqrt(1.0 + x0 @ np.linalg.pinv(x.T @ x) @ x0))
+    return point, point - half, point + half
 
 
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,
@@ -334,11 +372,20 @@ def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: fl
         errs[m] = cache[key]
     fs = np.concatenate([np.full(errs[m].size, m, dtype=np.int64) for m in ms])
     es = np.concatenate([errs[m] for m in ms])
-    at_n, low, high = carry(fs, es, factor, level=level)
+    own, inc = float("nan"), None
+    if CARRY == "level" and (bt.column_counts is not None or bt.replicate_counts is not None):
+        key = ("level", metric, k, mode)
+        if key not in cache:
+            cache[key] = (own_error(est, bt.counts, metric, k, mode), increment_errors(est, bt, metric, k, mode))
+        own, inc = cache[key]
+        at_n, low, high = carry_level(own, *inc, factor, level=level)
+    else:
+        at_n, low, high = carry(fs, es, factor, level=level)
     below = [m for m in ms if m <= factor]
     used = below[-1] if below else ms[0]
     return BacktestError(at_n=float(at_n), factor=int(used), error=float(errs[used].mean()), shares=int(errs[used].size),
-                         low=float(low), high=float(high), share_factors=fs, share_errors=es)
+                         low=float(low), high=float(high), share_factors=fs, share_errors=es, own=float(own),
+                         increments=inc)
 
 
 def difference_error(a: BacktestError | None, b: BacktestError | None, factor: float, *,
@@ -355,7 +402,11 @@ def difference_error(a: BacktestError | None, b: BacktestError | None, factor: f
         return None
     sel_a, sel_b = np.isin(a.share_factors, common), np.isin(b.share_factors, common)
     fs, d = a.share_factors[sel_a], a.share_errors[sel_a] - b.share_errors[sel_b]
-    at_n, low, high = carry(fs, d, factor, level=level)
+    if a.increments is not None and b.increments is not None and a.increments[2].size == b.increments[2].size:
+        at_n, low, high = carry_level(a.own - b.own, a.increments[0], a.increments[1], a.increments[2] - b.increments[2],
+                                      factor, level=level)       # share i of A and of B: the same distractors
+    else:
+        at_n, low, high = carry(fs, d, factor, level=level)
     below = [m for m in common if m <= factor]
     used = below[-1] if below else common[0]
     return BacktestError(at_n=float(at_n), factor=used, error=float(d[fs == used].mean()), shares=int(np.sum(fs == used)),
