@@ -226,3 +226,22 @@ def test_backtest_share_counts_round_trip_and_inconsistent_ones_are_refused(tmp_
     pq.write_table(t.drop_columns(["backtest_sizes"]), tmp_path / "half.parquet")
     with pytest.raises(FormatError, match="come together"):
         read_hardness(tmp_path / "half.parquet")
+
+
+def test_estimate_stores_the_halves_and_shares_own_counts(tmp_path):
+    # version 5 through api.estimate: the replicates' halves' and the quarters' counts, as the
+    # thinning gives them (no fit: the fit count is unchanged)
+    from rscale import api
+    from rscale.core.backtest import share_counts
+    from rscale.core.replicates import replicate_counts
+    from rscale.store.sample_stats_file import write_sample_stats
+    small = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=4), 100_000, k=400, seed=4)
+    write_sample_stats(small, tmp_path / "s.parquet")
+    summary = api.estimate(tmp_path / "s.parquet", "count", out=tmp_path / "h.parquet", replicates=4)
+    assert summary["fits"] == 1 + 4 + 4
+    _, info = read_hardness(tmp_path / "h.parquet")
+    bt = info["backtest"]
+    rc, rn = replicate_counts(small, splits=2)
+    np.testing.assert_array_equal(bt.replicate_counts, rc)
+    np.testing.assert_array_equal(bt.replicate_sizes, rn)
+    np.testing.assert_array_equal(bt.column_counts, share_counts(small, [4, 4, 4, 4])[0])

@@ -111,8 +111,12 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
     if backtest:
         cols, factors = backtest_hardness(ss, method=method, params=est.params)
         share_c, share_n = share_counts(ss, factors)        # no fit: the same thinning read again
+        from rscale.core.replicates import SEED as REP_SEED
+        from rscale.core.replicates import replicate_counts
+        rep_c, rep_n = (None, None) if est.replicates is None else replicate_counts(
+            ss, splits=est.replicates.shape[1] // 2, seed=REP_SEED)        # no fit: the halves' own counts
         bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, column_counts=share_c,
-                      column_sizes=share_n)
+                      column_sizes=share_n, replicate_counts=rep_c, replicate_sizes=rep_n)
         bt_meta = {"per_factor": PER_FACTOR, "seed": BT_SEED}
     fits = 1 + (0 if est.replicates is None else int(est.replicates.shape[1])) + (0 if bt is None else int(bt.columns.shape[1]))
     secs = time.perf_counter() - t

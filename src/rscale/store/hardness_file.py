@@ -20,6 +20,8 @@ replicate_ranks   binary(2R)         the same per replicate, little-endian uint1
 backtest_ranks    binary(2C)         the same per back-test column (version 4)
 backtest_counts   list<int64>        C: each share's own sampled distractors at or above the positive (version 5)
 backtest_sizes    list<int64>        C: each share's sampled distractors of the row's query (version 5)
+replicate_counts  list<int64>        R: the same for each replicate's half (version 5)
+replicate_sizes   list<int64>        R: each half's sampled distractors of the row's query (version 5)
 ================  =================  =====================================================
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
@@ -36,9 +38,10 @@ positive, its rerank scores and its in-pool count). Absent when a query has more
 positives; then the reader sorts, as for versions 1-3. The ranks are checked where they are used:
 every slot of the sorted view filled once and the result sorted (else a FormatError).
 
-Version 5 adds, per back-test column, the share's own counts and sizes (``backtest_counts``,
-``backtest_sizes``: fixed-size lists of C int64 per row, the sizes repeated on each row of a
-query as ``n_sampled`` is), read off the same thinning at no fit: the exact value of a gallery
+Version 5 adds, per back-test column and per replicate, the share's (the half's) own counts and
+sizes (``backtest_counts`` / ``backtest_sizes``, ``replicate_counts`` / ``replicate_sizes``:
+fixed-size lists of C or R int64 per row, the sizes repeated on each row of a query as
+``n_sampled`` is), read off the same thinning at no fit: the exact value of a gallery
 made of any union of shares, which the back-test's level carry needs (:mod:`rscale.core.backtest`).
 Versions 1-4 are still read; a file without them carries the back-test by the slope rule.
 
@@ -121,6 +124,12 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
                 pa.array(np.asarray(backtest.column_sizes, dtype=np.int64)[pq_].ravel()), width)
     else:
         backtest_meta = None
+    if backtest is not None and backtest.replicate_counts is not None and est.replicates is not None:
+        width = est.replicates.shape[1]
+        cols["replicate_counts"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(np.asarray(backtest.replicate_counts, dtype=np.int64).ravel()), width)
+        cols["replicate_sizes"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(np.asarray(backtest.replicate_sizes, dtype=np.int64)[pq_].ravel()), width)
     if est.n_sampled.size and int(np.diff(est.offsets).max(initial=0)) <= MAX_RANKED:
         cols["x_rank"] = pa.array(_within_query_ranks(est.x[:, None], est.offsets)[:, 0])
         for name, values in (("replicate_ranks", est.replicates),
@@ -341,12 +350,16 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates)
     from rscale.core.backtest import Backtest
     counts = _numbers(table, "count", np.int64, path)
-    share_counts, share_sizes = None, None
+    share_counts, share_sizes, rep_counts, rep_sizes = None, None, None, None
     if version >= 5 and backtest_cols is not None and "backtest_counts" in table.column_names:
-        share_counts, share_sizes = _share_counts(table, backtest_cols.shape[1], offsets, counts, n_sampled, path)
+        share_counts, share_sizes = _share_counts(table, ("backtest_counts", "backtest_sizes"), backtest_cols.shape[1],
+                                                  offsets, counts, n_sampled, path)
+    if version >= 5 and replicates is not None and "replicate_counts" in table.column_names:
+        rep_counts, rep_sizes = _share_counts(table, ("replicate_counts", "replicate_sizes"), replicates.shape[1],
+                                              offsets, counts, n_sampled, path)
     backtest = Backtest(counts=counts) if backtest_cols is None else Backtest(
         counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64),
-        column_counts=share_counts, column_sizes=share_sizes)
+        column_counts=share_counts, column_sizes=share_sizes, replicate_counts=rep_counts, replicate_sizes=rep_sizes)
     ranks = {}
     if version >= 4:
         for name in ("x_rank", "replicate_ranks", "backtest_ranks"):
@@ -378,14 +391,15 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     return est, info
 
 
-def _share_counts(table, width: int, offsets, counts, n_sampled, path: str):
-    """((P, C) counts, (Q, C) sizes) of the back-test shares (version 5), checked: C per row, one
-    size per query, 0 <= count <= size, neither above the sample's."""
+def _share_counts(table, names, width: int, offsets, counts, n_sampled, path: str):
+    """((P, C) counts, (Q, C) sizes) of the back-test shares or the replicates' halves (version 5,
+    columns ``names``), checked: C per row, one size per query, 0 <= count <= size, neither above
+    the sample's."""
     import pyarrow as pa
     out = []
-    for name in ("backtest_counts", "backtest_sizes"):
+    for name in names:
         if name not in table.column_names:
-            raise FormatError("backtest_counts and backtest_sizes come together", path=path, column=name,
+            raise FormatError(f"{names[0]} and {names[1]} come together", path=path, column=name,
                               hint="re-run 'rscale estimate' to rewrite it")
         col = table.column(name).combine_chunks()
         if not pa.types.is_fixed_size_list(col.type) or col.type.list_size != width:
@@ -403,7 +417,7 @@ def _share_counts(table, width: int, offsets, counts, n_sampled, path: str):
     if bad.size:
         raise FormatError("a back-test share's counts or sizes are inconsistent (negative, above its size or the "
                           "sample's, or its size changing within a query)", path=path,
-                          column="backtest_counts", row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
+                          column=names[0], row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     return c, sizes
 
 
