@@ -166,3 +166,29 @@ def test_level_band_covers_a_simulated_error_as_often_as_its_level_where_the_old
         assert np.mean(hit_old) < 0.3                                   # the handicap misleads the slope carry
         big_u = np.log(factor)
         assert np.mean(points) == pytest.approx(-0.004 + 0.002 * big_u + 0.001 * big_u ** 2, abs=2e-3)
+
+
+def test_level_carry_through_query_and_predict_is_the_core_computation(tmp_path, monkeypatch):
+    # the stored counts (format 5) travel to the query: with the level carry on, query and predict
+    # give the same interval, and its band is carry_level of the file's own error and increments
+    from rscale import api
+    from rscale.core import backtest as bt_mod
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.sample_stats_file import write_sample_stats
+    spec = SimSpec(name="t", family="gaussian", n_queries=50, hardness=HardnessLaw("loguniform", 1.0, 1e-9, 1e-2))
+    ss = sim.sample(sim.simulate(spec, seed=5), 100_000, k=400, seed=5)
+    write_sample_stats(ss, tmp_path / "s.parquet")
+    api.estimate(tmp_path / "s.parquet", "evt", out=tmp_path / "h.parquet", replicates=4)
+    api.register(tmp_path / "h.parquet", tmp_path / "s.parquet", registry=tmp_path / "reg", backbone="b", benchmark="sim")
+    slope = api.predict(tmp_path / "h.parquet", sizes=[1e7])[0]
+    monkeypatch.setattr(bt_mod, "CARRY", "level")
+    q = api.query("mAP@1000 at N=1e7 for b", tmp_path / "reg")["rows"][0]
+    p = api.predict(tmp_path / "h.parquet", sizes=[1e7])[0]
+    assert (q["ci_low"], q["ci_high"], q["backtest_at_n"]) == (p["ci_low"], p["ci_high"], p["backtest_at_n"])
+    est, info = read_hardness(tmp_path / "h.parquet")
+    b = info["backtest"]
+    u, w, d = bt_mod.increment_errors(est, b, "AP", 1000, "plugin")
+    assert u.size == 4 + 28 and set(np.round(np.exp(w))) == {2.0, 4.0}     # 4 halves, the quarters' unions
+    want = bt_mod.carry_level(bt_mod.own_error(est, b.counts, "AP", 1000, "plugin"), u, w, d, 100.0)
+    assert (p["backtest_at_n"], p["backtest_low"], p["backtest_high"]) == pytest.approx(want, abs=1e-12)
+    assert p["backtest_at_n"] != pytest.approx(slope["backtest_at_n"], abs=1e-6)     # another carry than the slope's

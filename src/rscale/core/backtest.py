@@ -36,6 +36,19 @@ but the level. This replaced e(f) = e_4 log f / log 4 (a fixed log-factor scale 
 factor, no uncertainty of its own), chosen among the variants of docs/benchmarks.md ("Carrying the
 back-test to the user's factor") on the design data only. f <= 1 has no term (None).
 
+The level carry (:func:`carry_level`, used when :data:`CARRY` is "level" and the file stores
+the shares' and halves' own counts, hardness format 5; docs/benchmarks.md, "The share's handicap
+in the back-test"). A 1/m share's error at the sample is the estimator's error at factor m plus
+the share's handicap (its tail fitted on K/m excesses), and the estimate is not exact at N = S
+either. Three measurements need no fit: the estimate's own error at N = S (:func:`own_error`,
+e_11), and, per share, its increment over its own gallery (:func:`increment_errors`): a quarter
+predicting its union with j - 1 other quarters (u = log j, j = 2..4) minus predicting its own
+gallery, a half predicting the sample minus its own half (u = log 2), each at w = log m. The
+share's own level cancels in an increment; the rate still depends on m, and the error grows
+faster than log f, so d = a u + b u^2 + c u w, fitted through 0, is carried to U = log f at
+w = 0: e(f) = e_11 + a U + b U^2 with the t prediction band of one new increment. No fit and no
+constant; 16 + 28 increments per measure from the stored arrays.
+
 Per-query sample sizes may differ: the target of query q is a gallery of its own S_q, so
 predictions use x S_q / S_ref at N = S_ref (the plug-in rank j + S_q x) with S_ref = max S.
 
@@ -105,7 +118,10 @@ def backtest_hardness(ss, *, method: str, params: dict, factors=FACTORS, per_fac
 @dataclass(frozen=True)
 class Backtest:
     """What a hardness file stores for the back-test: the sample's counts (P,), the share hardness
-    columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates."""
+    columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates.
+    Version 5 also: each share column's own counts (P, C) and sizes per query (Q, C), and the
+    same for the replicates' halves (P, R), (Q, R) (:func:`share_counts`,
+    :func:`rscale.core.replicates.replicate_counts`): what the level carry needs."""
 
     counts: np.ndarray
     columns: np.ndarray | None = None
