@@ -192,3 +192,24 @@ def test_level_carry_through_query_and_predict_is_the_core_computation(tmp_path,
     want = bt_mod.carry_level(bt_mod.own_error(est, b.counts, "AP", 1000, "plugin"), u, w, d, 100.0)
     assert (p["backtest_at_n"], p["backtest_low"], p["backtest_high"]) == pytest.approx(want, abs=1e-12)
     assert p["backtest_at_n"] != pytest.approx(slope["backtest_at_n"], abs=1e-6)     # another carry than the slope's
+
+
+def test_paired_difference_under_the_level_carry_regresses_the_differences_of_the_increments():
+    from rscale.core.backtest import BacktestError, carry, carry_level, difference_error
+    rng = np.random.default_rng(3)
+    u = np.log(np.r_[np.full(16, 2.0), np.full(12, 2.0), np.full(12, 3.0), np.full(4, 4.0)])
+    w = np.log(np.r_[np.full(16, 2.0), np.full(28, 4.0)])
+    fs = np.r_[np.full(16, 2), np.full(4, 4)]
+    sides = []
+    for own in (-0.004, 0.002):
+        d = 0.003 * u + 0.001 * u * w + rng.normal(0, 0.001, u.size)
+        sides.append(BacktestError(at_n=0.0, factor=4, error=0.0, shares=4, share_factors=fs,
+                                   share_errors=rng.normal(0, 0.01, fs.size), own=own, increments=(u, w, d)))
+    a, b = sides
+    got = difference_error(a, b, 50.0)
+    want = carry_level(-0.006, u, w, a.increments[2] - b.increments[2], 50.0)
+    assert (got.at_n, got.low, got.high) == pytest.approx(want, abs=1e-12)
+    # without increments on one side (a format-4 file): the slope carry of the share errors' differences
+    b4 = BacktestError(at_n=0.0, factor=4, error=0.0, shares=4, share_factors=fs, share_errors=b.share_errors)
+    got = difference_error(a, b4, 50.0)
+    assert (got.at_n, got.low, got.high) == pytest.approx(carry(fs, a.share_errors - b.share_errors, 50.0), abs=1e-12)
