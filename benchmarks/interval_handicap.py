@@ -18,6 +18,7 @@ evaluated on them:
 Run: PYTHONPATH=src .venv/bin/python benchmarks/interval_handicap.py --make /tmp/cov2 --methods evt-eb
      PYTHONPATH=src .venv/bin/python benchmarks/interval_handicap.py --measure /tmp/cov2 [--json rows.json]
      PYTHONPATH=src .venv/bin/python benchmarks/interval_handicap.py --real H1 --data benchmarks/realset/data
+     PYTHONPATH=src .venv/bin/python benchmarks/interval_handicap.py --decide cov2=a.json realset=b.json realset2=c.json
 """
 
 from __future__ import annotations
@@ -156,6 +157,33 @@ def cells(rows):
     return "\n".join(out)
 
 
+def decide(sets: dict, method: str = "evt-eb") -> str:
+    """The pre-registered decision (docs/benchmarks.md): D(rule) = sum over sets of the distance of
+    the set's coverage from [90%, 97%]; switch iff D(new) < D(old), no set loses more than one
+    covered cell, and the new mean width over all cells is at most 1.5x the old."""
+    def dist(c):
+        return max(0.0, 0.90 - c, c - 0.97)
+    d_old = d_new = 0.0
+    lost, w_old, w_new, lines = 0, [], [], []
+    for name, rows in sets.items():
+        rs = [r for r in rows if r["method"] == method]
+        if not rs:
+            continue
+        old = sum(r["old_lo"] <= r["truth"] <= r["old_hi"] for r in rs)
+        new = sum(r["lo"] <= r["truth"] <= r["hi"] for r in rs)
+        d_old += dist(old / len(rs))
+        d_new += dist(new / len(rs))
+        lost = max(lost, old - new)
+        w_old += [r["old_hi"] - r["old_lo"] for r in rs]
+        w_new += [r["hi"] - r["lo"] for r in rs]
+        lines.append(f"{name}: old {old}/{len(rs)}, new {new}/{len(rs)}")
+    ratio = float(np.mean(w_new) / np.mean(w_old))
+    switch = d_new < d_old and lost <= 1 and ratio <= 1.5
+    return (f"{method}: " + "; ".join(lines) + f". D(old) = {d_old:.3f}, D(new) = {d_new:.3f}; most cells lost on a set: "
+            f"{lost}; width ratio {ratio:.2f} ({np.mean(w_new):.4f} / {np.mean(w_old):.4f}) -> "
+            f"{'switch' if switch else 'keep the old rule'}")
+
+
 def main(argv=None):
     import argparse
 
@@ -169,7 +197,13 @@ def main(argv=None):
     ap.add_argument("--methods", default="evt-eb,evt")
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--decide", nargs="+", default=None, help="NAME=rows.json for each set: the decision rule")
     a = ap.parse_args(argv)
+    if a.decide:
+        sets = {x.split("=")[0]: json.loads(Path(x.split("=")[1]).read_text()) for x in a.decide}
+        for method in a.methods.split(","):
+            print(decide(sets, method))
+        return
     if a.make:
         for method in a.methods.split(","):
             for name, family, hl, nq in COV2:
