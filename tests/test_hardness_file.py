@@ -86,8 +86,7 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
     got = info["backtest"]
     np.testing.assert_array_equal(got.columns, cols)
     assert got.column_factors.tolist() == factors.tolist()
-    assert info["schema_version"] == 5 and got.factors(back) == [4]          # no replicates: no factor 2
-    assert got.column_counts is None                                          # none given: none stored
+    assert info["schema_version"] == 4 and got.factors(back) == [4]          # no replicates: no factor 2
     # metadata that no longer matches the columns: one line naming the column, not a traceback
     t = pq.read_table(tmp_path / "h.parquet")
     md = dict(t.schema.metadata)
@@ -198,50 +197,3 @@ def test_reading_replicates_and_back_test_does_not_import_pyarrow_compute(tmp_pa
             "'pyarrow.compute' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().split(maxsplit=2)
     assert out == ["4", "2", "['backtest', 'replicates', 'x'] False"]
-
-
-def test_backtest_share_counts_round_trip_and_inconsistent_ones_are_refused(tmp_path, ss):
-    # version 5: each back-test share's own counts and per-query sizes (no fit: the same thinning)
-    import pyarrow as pa
-
-    from rscale.core.backtest import Backtest, backtest_hardness, share_counts
-    est = estimate(ss, "count")
-    cols, factors = backtest_hardness(ss, method="count", params={})
-    c, n = share_counts(ss, factors)
-    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, column_counts=c, column_sizes=n)
-    write_hardness(est, ss, tmp_path / "h.parquet", None, bt, {"per_factor": 4, "seed": 1})
-    _, info = read_hardness(tmp_path / "h.parquet")
-    np.testing.assert_array_equal(info["backtest"].column_counts, c)
-    np.testing.assert_array_equal(info["backtest"].column_sizes, n)
-    assert n.shape == (ss.n_queries, 4) and np.array_equal(c.sum(axis=1), ss.pos_counts)
-    t = pq.read_table(tmp_path / "h.parquet")
-    bad = c.copy()
-    bad[3, 1] = n[0, 1] + 5                                  # more than the share holds
-    i = t.schema.get_field_index("backtest_counts")
-    t2 = t.set_column(i, "backtest_counts", pa.FixedSizeListArray.from_arrays(pa.array(bad.ravel()), 4))
-    pq.write_table(t2, tmp_path / "bad.parquet")
-    with pytest.raises(FormatError, match="counts or sizes are inconsistent") as err:
-        read_hardness(tmp_path / "bad.parquet")
-    assert err.value.column == "backtest_counts" and err.value.row == 3
-    pq.write_table(t.drop_columns(["backtest_sizes"]), tmp_path / "half.parquet")
-    with pytest.raises(FormatError, match="come together"):
-        read_hardness(tmp_path / "half.parquet")
-
-
-def test_estimate_stores_the_halves_and_shares_own_counts(tmp_path):
-    # version 5 through api.estimate: the replicates' halves' and the quarters' counts, as the
-    # thinning gives them (no fit: the fit count is unchanged)
-    from rscale import api
-    from rscale.core.backtest import share_counts
-    from rscale.core.replicates import replicate_counts
-    from rscale.store.sample_stats_file import write_sample_stats
-    small = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=30), seed=4), 100_000, k=400, seed=4)
-    write_sample_stats(small, tmp_path / "s.parquet")
-    summary = api.estimate(tmp_path / "s.parquet", "count", out=tmp_path / "h.parquet", replicates=4)
-    assert summary["fits"] == 1 + 4 + 4
-    _, info = read_hardness(tmp_path / "h.parquet")
-    bt = info["backtest"]
-    rc, rn = replicate_counts(small, splits=2)
-    np.testing.assert_array_equal(bt.replicate_counts, rc)
-    np.testing.assert_array_equal(bt.replicate_sizes, rn)
-    np.testing.assert_array_equal(bt.column_counts, share_counts(small, [4, 4, 4, 4])[0])

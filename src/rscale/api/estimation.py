@@ -105,18 +105,12 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
                 rep_meta["halves"] = "by distractor id"      # read off the sample stats (rscale.core.halves)
         except RscaleError as exc:       # a sample too small to halve: stored without, and said
             rep_note = f"no replicates: {exc}"
-    from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness, share_counts
+    from rscale.core.backtest import PER_FACTOR, Backtest, backtest_hardness
     from rscale.core.backtest import SEED as BT_SEED
     bt, bt_meta = None, None
     if backtest:
         cols, factors = backtest_hardness(ss, method=method, params=est.params)
-        share_c, share_n = share_counts(ss, factors)        # no fit: the same thinning read again
-        from rscale.core.replicates import SEED as REP_SEED
-        from rscale.core.replicates import replicate_counts
-        rep_c, rep_n = (None, None) if est.replicates is None else replicate_counts(
-            ss, splits=est.replicates.shape[1] // 2, seed=REP_SEED)        # no fit: the halves' own counts
-        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors, column_counts=share_c,
-                      column_sizes=share_n, replicate_counts=rep_c, replicate_sizes=rep_n)
+        bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
         bt_meta = {"per_factor": PER_FACTOR, "seed": BT_SEED}
     fits = 1 + (0 if est.replicates is None else int(est.replicates.shape[1])) + (0 if bt is None else int(bt.columns.shape[1]))
     secs = time.perf_counter() - t
@@ -209,20 +203,16 @@ def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None 
 from rscale.core.budget import BUDGET_SIZES  # noqa: E402  (api.BUDGET_SIZES: the budget check's sizes)
 
 
-def _sample(sample_stats):
-    from rscale.store.sample_stats_file import read_sample_stats
-    return read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
-
-
 def _measure(measure: str) -> dict:
     from rscale.query.measures import Measure
     m = Measure.parse(measure)
     return {"metric": m.law_metric, "k": m.k, "label": str(m)}
 
 
-def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
-                 sizes=BUDGET_SIZES, seed: int = 0) -> dict:
-    """The sufficient-budget diagnostic of a sample file (:func:`rscale.core.budget.budget_check`;
-    registration runs it against the stored estimate)."""
+def budget_check(hardness, *, measure: str = "mAP@1000", sizes=BUDGET_SIZES, seed: int = 0) -> dict:
+    """The sufficient-budget diagnostic of a hardness file (:func:`rscale.core.budget.budget_check`:
+    from its stored half-sample replicates, no estimator fit; what registration stores)."""
     from rscale.core.budget import budget_check as check
-    return check(_sample(sample_stats), method, params=params, sizes=sizes, seed=seed, **_measure(measure))
+    from rscale.store.hardness_file import read_hardness
+    est, _info = read_hardness(hardness)
+    return check(est, sizes=sizes, seed=seed, **_measure(measure))

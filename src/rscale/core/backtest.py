@@ -36,9 +36,8 @@ but the level. This replaced e(f) = e_4 log f / log 4 (a fixed log-factor scale 
 factor, no uncertainty of its own), chosen among the variants of docs/benchmarks.md ("Carrying the
 back-test to the user's factor") on the design data only. f <= 1 has no term (None).
 
-The level carry (:func:`carry_level`, used when :data:`CARRY` is "level" and the file stores
-the shares' and halves' own counts, hardness format 5; docs/benchmarks.md, "The share's handicap
-in the back-test"). A 1/m share's error at the sample is the estimator's error at factor m plus
+The level carry (:func:`carry_level`; measured, not shipped: docs/benchmarks.md, "The share's
+handicap in the back-test"; benchmarks/interval_handicap.py computes it from the sample stats). A 1/m share's error at the sample is the estimator's error at factor m plus
 the share's handicap (its tail fitted on K/m excesses), and the estimate is not exact at N = S
 either. Three measurements need no fit: the estimate's own error at N = S (:func:`own_error`,
 e_11), and, per share, its increment over its own gallery (:func:`increment_errors`): a quarter
@@ -47,7 +46,10 @@ gallery, a half predicting the sample minus its own half (u = log 2), each at w 
 share's own level cancels in an increment; the rate still depends on m, and the error grows
 faster than log f, so d = a u + b u^2 + c u w, fitted through 0, is carried to U = log f at
 w = 0: e(f) = e_11 + a U + b U^2 with the t prediction band of one new increment. No fit and no
-constant; 16 + 28 increments per measure from the stored arrays.
+constant; 16 + 28 increments per measure. Held out (cov2, realset, realset2) it covered more
+(evt-eb 55/56 against 50/56) at 1.81x the slope carry's mean width; the rule written before
+measuring capped the width at 1.5x, so the slope carry stays, and the shares' counts are not
+stored in the hardness file (they would double its read time for a carry nobody uses).
 
 Per-query sample sizes may differ: the target of query q is a gallery of its own S_q, so
 predictions use x S_q / S_ref at N = S_ref (the plug-in rank j + S_q x) with S_ref = max S.
@@ -62,7 +64,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-CARRY = "slope"             # the shipped carry: "slope" (carry) or "level" (carry_level where the file has the shares' counts)
 FACTORS = (4,)              # with the halves (2): chosen on the simulator design set (module docstring)
 PER_FACTOR = 4              # disjoint shares re-estimated per factor (4 fits)
 MIN_SUB_SAMPLED = 100       # a share keeps at least this many sampled distractors per query
@@ -119,9 +120,9 @@ def backtest_hardness(ss, *, method: str, params: dict, factors=FACTORS, per_fac
 class Backtest:
     """What a hardness file stores for the back-test: the sample's counts (P,), the share hardness
     columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates.
-    Version 5 also: each share column's own counts (P, C) and sizes per query (Q, C), and the
-    same for the replicates' halves (P, R), (Q, R) (:func:`share_counts`,
-    :func:`rscale.core.replicates.replicate_counts`): what the level carry needs."""
+    Optionally (not stored in the file; the level carry's inputs): each share column's own counts
+    (P, C) and sizes per query (Q, C), and the same for the replicates' halves (P, R), (Q, R)
+    (:func:`share_counts`, :func:`rscale.core.replicates.replicate_counts`)."""
 
     counts: np.ndarray
     columns: np.ndarray | None = None
@@ -156,8 +157,6 @@ class BacktestError:
     high: float = float("nan")
     share_factors: np.ndarray = field(default=None, compare=False, repr=False)
     share_errors: np.ndarray = field(default=None, compare=False, repr=False)
-    own: float = float("nan")
-    increments: tuple | None = field(default=None, compare=False, repr=False)
 
 
 def sample_metric(est, counts, metric: str, k) -> np.ndarray:
@@ -388,20 +387,11 @@ def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: fl
         errs[m] = cache[key]
     fs = np.concatenate([np.full(errs[m].size, m, dtype=np.int64) for m in ms])
     es = np.concatenate([errs[m] for m in ms])
-    own, inc = float("nan"), None
-    if CARRY == "level" and (bt.column_counts is not None or bt.replicate_counts is not None):
-        key = ("level", metric, k, mode)
-        if key not in cache:
-            cache[key] = (own_error(est, bt.counts, metric, k, mode), increment_errors(est, bt, metric, k, mode))
-        own, inc = cache[key]
-        at_n, low, high = carry_level(own, *inc, factor, level=level)
-    else:
-        at_n, low, high = carry(fs, es, factor, level=level)
+    at_n, low, high = carry(fs, es, factor, level=level)
     below = [m for m in ms if m <= factor]
     used = below[-1] if below else ms[0]
     return BacktestError(at_n=float(at_n), factor=int(used), error=float(errs[used].mean()), shares=int(errs[used].size),
-                         low=float(low), high=float(high), share_factors=fs, share_errors=es, own=float(own),
-                         increments=inc)
+                         low=float(low), high=float(high), share_factors=fs, share_errors=es)
 
 
 def difference_error(a: BacktestError | None, b: BacktestError | None, factor: float, *,
@@ -418,11 +408,7 @@ def difference_error(a: BacktestError | None, b: BacktestError | None, factor: f
         return None
     sel_a, sel_b = np.isin(a.share_factors, common), np.isin(b.share_factors, common)
     fs, d = a.share_factors[sel_a], a.share_errors[sel_a] - b.share_errors[sel_b]
-    if a.increments is not None and b.increments is not None and a.increments[2].size == b.increments[2].size:
-        at_n, low, high = carry_level(a.own - b.own, a.increments[0], a.increments[1], a.increments[2] - b.increments[2],
-                                      factor, level=level)       # share i of A and of B: the same distractors
-    else:
-        at_n, low, high = carry(fs, d, factor, level=level)
+    at_n, low, high = carry(fs, d, factor, level=level)
     below = [m for m in common if m <= factor]
     used = below[-1] if below else common[0]
     return BacktestError(at_n=float(at_n), factor=used, error=float(d[fs == used].mean()), shares=int(np.sum(fs == used)),

@@ -12,16 +12,12 @@ n_sampled         int64              S of its query's sample
 count             int64              sampled distractors at or above the positive
 x                 float64            estimated hardness, in [0, 1]
 rule              string             what produced x: count, tail, endpoint
-draws             list<float64>      posterior draws of x (evt only; absent otherwise)
+draws             list<float64>      posterior draws of x (evt-eb; absent otherwise)
 replicates        list<float64>      R hardness replicates (version 2; rscale.core.replicates)
 backtest          list<float64>      C back-test share hardness (version 3; rscale.core.backtest)
 x_rank            uint16             place of x in its query sorted ascending (version 4)
 replicate_ranks   binary(2R)         the same per replicate, little-endian uint16 (version 4)
 backtest_ranks    binary(2C)         the same per back-test column (version 4)
-backtest_counts   list<int64>        C: each share's own sampled distractors at or above the positive (version 5)
-backtest_sizes    list<int64>        C: each share's sampled distractors of the row's query (version 5)
-replicate_counts  list<int64>        R: the same for each replicate's half (version 5)
-replicate_sizes   list<int64>        R: each half's sampled distractors of the row's query (version 5)
 ================  =================  =====================================================
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
@@ -37,13 +33,6 @@ row's value in its query sorted ascending (ties in row order). Rows keep the sam
 positive, its rerank scores and its in-pool count). Absent when a query has more than 65,535
 positives; then the reader sorts, as for versions 1-3. The ranks are checked where they are used:
 every slot of the sorted view filled once and the result sorted (else a FormatError).
-
-Version 5 adds, per back-test column and per replicate, the share's (the half's) own counts and
-sizes (``backtest_counts`` / ``backtest_sizes``, ``replicate_counts`` / ``replicate_sizes``:
-fixed-size lists of C or R int64 per row, the sizes repeated on each row of a query as
-``n_sampled`` is), read off the same thinning at no fit: the exact value of a gallery
-made of any union of shares, which the back-test's level carry needs (:mod:`rscale.core.backtest`).
-Versions 1-4 are still read; a file without them carries the back-test by the slope rule.
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
@@ -68,8 +57,8 @@ from rscale.store.columns import list_values, numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 MAX_RANKED = 65_535        # positives per query that uint16 ranks can place
 TAIL_SCHEMA_VERSION = 1
 COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
@@ -116,20 +105,8 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
             cols["backtest"] = pa.FixedSizeListArray.from_arrays(
                 pa.array(backtest.columns.astype(np.float64).ravel()), backtest.columns.shape[1])
         backtest_meta = {**(backtest_meta or {}), "factors": [int(m) for m in backtest.column_factors]}
-        if backtest.column_counts is not None and backtest.columns.shape[1]:
-            width = backtest.columns.shape[1]
-            cols["backtest_counts"] = pa.FixedSizeListArray.from_arrays(
-                pa.array(np.asarray(backtest.column_counts, dtype=np.int64).ravel()), width)
-            cols["backtest_sizes"] = pa.FixedSizeListArray.from_arrays(
-                pa.array(np.asarray(backtest.column_sizes, dtype=np.int64)[pq_].ravel()), width)
     else:
         backtest_meta = None
-    if backtest is not None and backtest.replicate_counts is not None and est.replicates is not None:
-        width = est.replicates.shape[1]
-        cols["replicate_counts"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(np.asarray(backtest.replicate_counts, dtype=np.int64).ravel()), width)
-        cols["replicate_sizes"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(np.asarray(backtest.replicate_sizes, dtype=np.int64)[pq_].ravel()), width)
     if est.n_sampled.size and int(np.diff(est.offsets).max(initial=0)) <= MAX_RANKED:
         cols["x_rank"] = pa.array(_within_query_ranks(est.x[:, None], est.offsets)[:, 0])
         for name, values in (("replicate_ranks", est.replicates),
@@ -350,16 +327,8 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates)
     from rscale.core.backtest import Backtest
     counts = _numbers(table, "count", np.int64, path)
-    share_counts, share_sizes, rep_counts, rep_sizes = None, None, None, None
-    if version >= 5 and backtest_cols is not None and "backtest_counts" in table.column_names:
-        share_counts, share_sizes = _share_counts(table, ("backtest_counts", "backtest_sizes"), backtest_cols.shape[1],
-                                                  offsets, counts, n_sampled, path)
-    if version >= 5 and replicates is not None and "replicate_counts" in table.column_names:
-        rep_counts, rep_sizes = _share_counts(table, ("replicate_counts", "replicate_sizes"), replicates.shape[1],
-                                              offsets, counts, n_sampled, path)
     backtest = Backtest(counts=counts) if backtest_cols is None else Backtest(
-        counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64),
-        column_counts=share_counts, column_sizes=share_sizes, replicate_counts=rep_counts, replicate_sizes=rep_sizes)
+        counts=counts, columns=backtest_cols, column_factors=np.asarray(backtest_meta["factors"], dtype=np.int64))
     ranks = {}
     if version >= 4:
         for name in ("x_rank", "replicate_ranks", "backtest_ranks"):
@@ -389,36 +358,6 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
             "meta": meta_object(md, path), "path": path, "schema_version": version,
             "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {}}
     return est, info
-
-
-def _share_counts(table, names, width: int, offsets, counts, n_sampled, path: str):
-    """((P, C) counts, (Q, C) sizes) of the back-test shares or the replicates' halves (version 5,
-    columns ``names``), checked: C per row, one size per query, 0 <= count <= size, neither above
-    the sample's."""
-    import pyarrow as pa
-    out = []
-    for name in names:
-        if name not in table.column_names:
-            raise FormatError(f"{names[0]} and {names[1]} come together", path=path, column=name,
-                              hint="re-run 'rscale estimate' to rewrite it")
-        col = table.column(name).combine_chunks()
-        if not pa.types.is_fixed_size_list(col.type) or col.type.list_size != width:
-            raise FormatError(f"expected a fixed-size list of {width} integers (one per back-test column), got {col.type}",
-                              path=path, column=name, hint="re-run 'rscale estimate' to rewrite it")
-        values = _numbers(col.flatten(), None, None, path)
-        if not np.issubdtype(values.dtype, np.integer):
-            raise FormatError(f"expected integers, got {values.dtype}", path=path, column=name)
-        out.append(values.astype(np.int64).reshape(-1, width))
-    c, per_row = out
-    sizes = per_row[offsets[:-1]]
-    q = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
-    bad = np.flatnonzero(np.any(per_row != sizes[q], axis=1) | np.any((c < 0) | (c > per_row), axis=1)
-                         | np.any(c > counts[:, None], axis=1) | np.any(per_row > n_sampled[q][:, None], axis=1))
-    if bad.size:
-        raise FormatError("a back-test share's counts or sizes are inconsistent (negative, above its size or the "
-                          "sample's, or its size changing within a query)", path=path,
-                          column=names[0], row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
-    return c, sizes
 
 
 def read_tail_fits(path: str | os.PathLike) -> tuple[np.ndarray, dict]:

@@ -53,7 +53,7 @@ def _decoded_hardness(path: str, digest: str):
 
     est, info = read_hardness(path)
     for a in [est.x, est.offsets, est.rule, est.n_sampled, est.draws, est.replicates, *est.tail.values(), *info.values(),
-              info["backtest"].columns, info["backtest"].column_counts, info["backtest"].column_sizes]:
+              info["backtest"].columns]:
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
     _keep_sorted_views(est, info)
