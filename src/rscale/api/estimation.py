@@ -203,16 +203,20 @@ def predict(hardness, measures=("mAP@1000",), *, sizes=(1e8,), mode: str | None 
 from rscale.core.budget import BUDGET_SIZES  # noqa: E402  (api.BUDGET_SIZES: the budget check's sizes)
 
 
+def _sample(sample_stats):
+    from rscale.store.sample_stats_file import read_sample_stats
+    return read_sample_stats(sample_stats) if not hasattr(sample_stats, "top_scores") else sample_stats
+
+
 def _measure(measure: str) -> dict:
     from rscale.query.measures import Measure
     m = Measure.parse(measure)
     return {"metric": m.law_metric, "k": m.k, "label": str(m)}
 
 
-def budget_check(hardness, *, measure: str = "mAP@1000", sizes=BUDGET_SIZES, seed: int = 0) -> dict:
-    """The sufficient-budget diagnostic of a hardness file (:func:`rscale.core.budget.budget_check`:
-    from its stored half-sample replicates, no estimator fit; what registration stores)."""
+def budget_check(sample_stats, method: str, *, params: dict, measure: str = "mAP@1000",
+                 sizes=BUDGET_SIZES, seed: int = 0) -> dict:
+    """The sufficient-budget diagnostic of a sample file (:func:`rscale.core.budget.budget_check`;
+    registration runs it against the stored estimate)."""
     from rscale.core.budget import budget_check as check
-    from rscale.store.hardness_file import read_hardness
-    est, _info = read_hardness(hardness)
-    return check(est, sizes=sizes, seed=seed, **_measure(measure))
+    return check(_sample(sample_stats), method, params=params, sizes=sizes, seed=seed, **_measure(measure))

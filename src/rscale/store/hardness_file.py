@@ -12,7 +12,7 @@ n_sampled         int64              S of its query's sample
 count             int64              sampled distractors at or above the positive
 x                 float64            estimated hardness, in [0, 1]
 rule              string             what produced x: count, tail, endpoint
-draws             list<float64>      posterior draws of x (evt-eb; absent otherwise)
+draws             list<float64>      posterior draws of x (evt only; absent otherwise)
 replicates        list<float64>      R hardness replicates (version 2; rscale.core.replicates)
 backtest          list<float64>      C back-test share hardness (version 3; rscale.core.backtest)
 x_rank            uint16             place of x in its query sorted ascending (version 4)
