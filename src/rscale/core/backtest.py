@@ -38,8 +38,8 @@ back-test to the user's factor") on the design data only. f <= 1 has no term (No
 
 The level carry (:func:`carry_level`; measured, not shipped: docs/benchmarks.md, "The share's
 handicap in the back-test"; benchmarks/interval_handicap.py computes it from the sample stats).
-A 1/m share's error at the sample is the estimator's error at factor m plus the share's handicap (its tail fitted on K/m excesses), and the estimate is not exact at N = S
-either. Three measurements need no fit: the estimate's own error at N = S (:func:`own_error`,
+A 1/m share's error at the sample is the estimator's error at factor m plus the share's
+handicap (its tail fitted on K/m excesses), and the estimate is not exact at N = S either. Three measurements need no fit: the estimate's own error at N = S (:func:`own_error`,
 e_11), and, per share, its increment over its own gallery (:func:`increment_errors`): a quarter
 predicting its union with j - 1 other quarters (u = log j, j = 2..4) minus predicting its own
 gallery, a half predicting the sample minus its own half (u = log 2), each at w = log m. The
