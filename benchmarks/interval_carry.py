@@ -33,6 +33,23 @@ COV1 = [
 ]
 COV1_SEED = 410_000
 
+# Held out (--set cov2): written down, with its target and decision rule (docs/benchmarks.md,
+# "The share's handicap in the back-test"), before any candidate handicap rule was measured on
+# it; no choice is made on it. New laws, query counts and a new seed offset; every family of
+# the simulator but one appears once.
+COV2 = [
+    ("neardup/power a1.35 cov2", "neardup", HardnessLaw("power", 1.35, 1e-12, 1e-1, immune=0.03, rho=0.3), 1100),
+    ("gaussian/power a1.3 cov2", "gaussian", HardnessLaw("power", 1.3, 1e-11, 1.0, immune=0.03, rho=0.5), 1150),
+    ("bounded/power a1.25 cov2", "bounded", HardnessLaw("power", 1.25, 1e-11, 1e-1, immune=0.04, rho=0.2), 1050),
+    ("student/loguniform mid cov2", "student", HardnessLaw("loguniform", 1.0, 1e-11, 1e-1, immune=0.04, rho=0.3), 1000),
+    ("logistic/loguniform cov2", "logistic", HardnessLaw("loguniform", 1.0, 1e-12, 1e-1, immune=0.02, rho=0.4), 1200),
+    ("scalemix/power a1.3 cov2", "scalemix", HardnessLaw("power", 1.3, 1e-12, 1e-1, immune=0.03, rho=0.4), 1000),
+    ("bigdup/power a1.2 cov2", "bigdup", HardnessLaw("power", 1.2, 1e-12, 1e-1, immune=0.04, rho=0.3), 1100),
+    ("shoulder/loguniform cov2", "shoulder", HardnessLaw("loguniform", 1.0, 1e-12, 1e-1, immune=0.03, rho=0.2), 1050),
+]
+COV2_SEED = 450_000
+HELD_OUT = {"cov1": (COV1, COV1_SEED), "cov2": (COV2, COV2_SEED)}
+
 
 def old_rule_band(est, bt, metric, k, mode, factor):
     """The rule this one replaced, for the side-by-side figures: e(f) = e_M log f / log M from the

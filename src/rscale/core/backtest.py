@@ -36,6 +36,21 @@ but the level. This replaced e(f) = e_4 log f / log 4 (a fixed log-factor scale 
 factor, no uncertainty of its own), chosen among the variants of docs/benchmarks.md ("Carrying the
 back-test to the user's factor") on the design data only. f <= 1 has no term (None).
 
+The level carry (:func:`carry_level`; measured, not shipped: docs/benchmarks.md, "The share's
+handicap in the back-test"; benchmarks/interval_handicap.py computes it from the sample stats).
+A 1/m share's error at the sample is the estimator's error at factor m plus the share's
+handicap (its tail fitted on K/m excesses), and the estimate is not exact at N = S either. Three measurements need no fit: the estimate's own error at N = S (:func:`own_error`,
+e_11), and, per share, its increment over its own gallery (:func:`increment_errors`): a quarter
+predicting its union with j - 1 other quarters (u = log j, j = 2..4) minus predicting its own
+gallery, a half predicting the sample minus its own half (u = log 2), each at w = log m. The
+share's own level cancels in an increment; the rate still depends on m, and the error grows
+faster than log f, so d = a u + b u^2 + c u w, fitted through 0, is carried to U = log f at
+w = 0: e(f) = e_11 + a U + b U^2 with the t prediction band of one new increment. No fit and no
+constant; 16 + 28 increments per measure. Held out (cov2, realset, realset2) it covered more
+(evt-eb 55/56 against 50/56) at 1.81x the slope carry's mean width; the rule written before
+measuring capped the width at 1.5x, so the slope carry stays, and the shares' counts are not
+stored in the hardness file (they would double its read time for a carry nobody uses).
+
 Per-query sample sizes may differ: the target of query q is a gallery of its own S_q, so
 predictions use x S_q / S_ref at N = S_ref (the plug-in rank j + S_q x) with S_ref = max S.
 
@@ -104,11 +119,18 @@ def backtest_hardness(ss, *, method: str, params: dict, factors=FACTORS, per_fac
 @dataclass(frozen=True)
 class Backtest:
     """What a hardness file stores for the back-test: the sample's counts (P,), the share hardness
-    columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates."""
+    columns (P, C) and their factors (C,). Factor 2's shares are the estimate's replicates.
+    Optionally (not stored in the file; the level carry's inputs): each share column's own counts
+    (P, C) and sizes per query (Q, C), and the same for the replicates' halves (P, R), (Q, R)
+    (:func:`share_counts`, :func:`rscale.core.replicates.replicate_counts`)."""
 
     counts: np.ndarray
     columns: np.ndarray | None = None
     column_factors: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    column_counts: np.ndarray | None = None
+    column_sizes: np.ndarray | None = None
+    replicate_counts: np.ndarray | None = None
+    replicate_sizes: np.ndarray | None = None
 
     def factors(self, est) -> list[int]:
         """Stored factors: 2 when ``est`` has replicates and the file a back-test (version 3), and
@@ -220,6 +242,129 @@ def carry(share_factors, share_errors, factor: float, *, level: float = 0.95) ->
     return point, point - half, point + half
 
 
+def share_counts(ss, column_factors, *, per_factor: int = PER_FACTOR, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """((P, C) counts, (Q, C) sizes) of the stored share columns of factors ``column_factors`` (in
+    their order, as :func:`backtest_hardness` made them): per share, how many of its own sampled
+    distractors lie at or above each positive, and how many it holds per query. No fit: the same
+    thinning (:func:`disjoint_shares`) read again."""
+    factors = np.asarray(column_factors, dtype=np.int64)
+    counts, sizes = [], []
+    for m in dict.fromkeys(int(f) for f in factors):
+        n = int(np.sum(factors == m))
+        for share in disjoint_shares(ss, m, min(n, per_factor), seed):
+            counts.append(share.pos_counts)
+            sizes.append(share.n_sampled)
+    if not counts:
+        return np.empty((ss.n_positives, 0), dtype=np.int64), np.empty((ss.n_queries, 0), dtype=np.int64)
+    return np.stack(counts, axis=1).astype(np.int64), np.stack(sizes, axis=1).astype(np.int64)
+
+
+def _stack_means(offsets, x, sizes, mode, metric, k) -> np.ndarray:
+    """Mean metric of each row of the hardness stack ``x`` (B, P) for galleries of ``sizes`` (B, Q)
+    distractors per query: x n / n_ref at N = n_ref, the plug-in rank j + n x."""
+    from rscale.core import law
+    n_ref = float(np.max(sizes))
+    scale = np.repeat(np.asarray(sizes, dtype=np.float64) / n_ref, np.diff(offsets), axis=1)
+    h = law.Hardness.from_flat(np.clip(x * scale, 0.0, 1.0), offsets)
+    return law.per_query(h, metric, n_ref, k, mode).mean(axis=-1)
+
+
+def _exact_means(offsets, counts, metric, k) -> np.ndarray:
+    """Exact metric of each gallery whose counts per positive are the rows of ``counts`` (B, P):
+    rank j + c (the plug-in on c / n_ref at N = n_ref, n_ref above every count)."""
+    from rscale.core import law
+    n_ref = float(np.max(counts)) + 1.0
+    h = law.Hardness.from_flat(np.asarray(counts, dtype=np.float64) / n_ref, offsets)
+    return law.per_query(h, metric, n_ref, k, "plugin").mean(axis=-1)
+
+
+def own_error(est, counts, metric: str, k, mode: str) -> float:
+    """e_11: the estimate's own point prediction of a gallery equal to its sample (N = S_q per
+    query; averaged over the posterior draws where the point is) minus that gallery's exact value."""
+    from rscale.core.prediction import resolve_mode
+    mode = resolve_mode(metric, mode, est.method)
+    point = est.x[None] if est.draws is None else est.draws.T
+    sizes = np.broadcast_to(est.n_sampled, (point.shape[0], est.n_sampled.size))
+    return float(np.mean(_stack_means(est.offsets, point, sizes, mode, metric, k))
+                 - _exact_means(est.offsets, np.asarray(counts)[None], metric, k)[0])
+
+
+def increment_errors(est, bt: Backtest, metric: str, k, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(u, w, d) of every stored share with counts. For share i of a factor's g disjoint 1/m shares
+    and every union U of i with j - 1 others (j = 2..g), d = (i's error at U) - (i's error at its
+    own gallery), u = log j, w = log m; for each half (the replicates, with their counts) the union
+    with its complement, the sample: u = w = log 2. Each error is the share's prediction for a
+    gallery of U's distractors minus U's exact value (from the stored counts): the same share, the
+    same K / m excesses, factor j; its own level cancels in d (module docstring)."""
+    import itertools
+
+    from rscale.core.prediction import resolve_mode
+    mode = resolve_mode(metric, mode, est.method)
+    us, ws, ds = [], [], []
+    if bt.replicate_counts is not None and est.replicates is not None:
+        x = est.replicates.T                                       # (R, P)
+        own = _stack_means(est.offsets, x, bt.replicate_sizes.T, mode, metric, k) - _exact_means(
+            est.offsets, bt.replicate_counts.T, metric, k)
+        full = _stack_means(est.offsets, x, np.broadcast_to(est.n_sampled, (x.shape[0], est.n_sampled.size)), mode,
+                            metric, k) - _exact_means(est.offsets, np.asarray(bt.counts)[None], metric, k)[0]
+        us += [np.log(2.0)] * x.shape[0]
+        ws += [np.log(2.0)] * x.shape[0]
+        ds += list(full - own)
+    factors = np.asarray(bt.column_factors)
+    for m in (dict.fromkeys(int(f) for f in factors) if bt.column_counts is not None else ()):
+        idx = np.flatnonzero(factors == m)
+        if idx.size < 2:
+            continue
+        groups = [(i, g) for j in range(1, idx.size + 1) for i in range(idx.size)
+                  for g in itertools.combinations(range(idx.size), j) if i in g]
+        cols = bt.column_counts[:, idx].T                          # (g, P)
+        size = bt.column_sizes[:, idx].T                           # (g, Q)
+        x = np.stack([bt.columns[:, idx[i]] for i, _ in groups])
+        pred = _stack_means(est.offsets, x, np.stack([size[list(g)].sum(axis=0) for _, g in groups]), mode, metric, k)
+        unions = sorted({g for _, g in groups})
+        exact = dict(zip(unions, _exact_means(est.offsets, np.stack([cols[list(g)].sum(axis=0) for g in unions]),
+                                              metric, k)))
+        err = {(i, g): p - exact[g] for (i, g), p in zip(groups, pred)}
+        for (i, g), e in err.items():
+            if len(g) > 1:
+                us.append(np.log(len(g)))
+                ws.append(np.log(m))
+                ds.append(e - err[(i, (i,))])
+    return (np.asarray(us, dtype=np.float64), np.asarray(ws, dtype=np.float64), np.asarray(ds, dtype=np.float64))
+
+
+def carry_level(own: float, u, w, d, factor: float, *, level: float = 0.95) -> tuple[float, float, float]:
+    """(e(f), low, high): the estimate's own error at N = S, ``own``, plus the shares' increments
+    ``d`` (at log-factors ``u``, share sizes w = log m) regressed through 0 on u, u^2 and u w
+    (d = a u + b u^2 + c u w: a bias growing with log f, faster where b > 0, at a rate that
+    depends on the share's excess count), carried to U = log f at w = 0 (the user's own fit) with
+    the t prediction interval of one new increment: own + a U + b U^2 +- t_{n-p} s
+    sqrt(1 + x0' (X'X)^-1 x0), x0 = (U, U^2, 0). A term the data cannot identify (one share size:
+    no u w; one factor: no u^2) is left out. Fewer points than terms + 1: the point, no band.
+
+    Example: ``carry_level(-0.004, [0.69] * 3 + [1.1, 1.39], [0.69] * 3 + [1.39] * 2,
+    [0.002, 0.0025, 0.003, 0.006, 0.008], 20.0)`` is about (0.010, -0.065, 0.085)."""
+    from rscale.core.interval import _t_quantile
+    u, w, e = (np.asarray(a, dtype=np.float64) for a in (u, w, d))
+    big_u = float(np.log(factor))
+    terms, x0 = [u], [big_u]
+    if np.unique(u).size >= 2:
+        terms.append(u * u)
+        x0.append(big_u * big_u)
+    if np.unique(w).size >= 2:
+        terms.append(u * w)
+        x0.append(0.0)
+    x, x0 = np.stack(terms, axis=1), np.asarray(x0)
+    beta = np.linalg.lstsq(x, e, rcond=None)[0]
+    point = own + float(x0 @ beta)
+    dof = e.size - x.shape[1]
+    if dof < 1:
+        return point, point, point
+    s = float(np.sqrt(np.sum((e - x @ beta) ** 2) / dof))
+    half = _t_quantile(level, dof) * s * float(np.sqrt(1.0 + x0 @ np.linalg.pinv(x.T @ x) @ x0))
+    return point, point - half, point + half
+
+
 def backtest_error(est, bt: Backtest | None, metric: str, k, mode, *, factor: float,
                    cache: dict | None = None, level: float = 0.95) -> BacktestError | None:
     """e(f) and its band at extrapolation factor ``factor`` = N / S (:func:`carry` on every stored
@@ -284,4 +429,5 @@ def backtest_fields(b: BacktestError | None) -> dict:
 
 __all__ = ["backtest_fields", "Backtest", "BacktestError", "backtest_error", "carry", "difference_error",
            "backtest_hardness", "disjoint_shares",
-           "factor_errors", "max_factor", "sample_metric"]
+           "carry_level", "factor_errors", "increment_errors", "max_factor", "own_error", "sample_metric",
+           "share_counts"]

@@ -155,6 +155,19 @@ def point_column(est, n_ref: float) -> np.ndarray:
     return mix(w)
 
 
+def replicate_counts(ss, *, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """((P, 2 * splits) counts, (Q, 2 * splits) sizes) of the replicates' halves, in the columns'
+    order: per half, how many of its own sampled distractors lie at or above each positive, and how
+    many it holds per query (no fit: the same halves :func:`hardness_replicates` re-estimates). The
+    back-test's level carry predicts each half's own gallery with them (:mod:`rscale.core.backtest`)."""
+    counts, sizes = [], []
+    for i in range(splits):
+        for half in replicate_halves(ss, i, splits=splits, seed=seed):
+            counts.append(half.pos_counts)
+            sizes.append(half.n_sampled)
+    return np.stack(counts, axis=1).astype(np.int64), np.stack(sizes, axis=1).astype(np.int64)
+
+
 def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> np.ndarray:
     """(P, 2 * splits) half-sample hardness of every positive of ``ss`` (``method`` with its
     stored ``params``): columns 2i, 2i + 1 are the disjoint halves of split i."""
