@@ -239,8 +239,13 @@ def _module_name(rel: str, package: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@functools.lru_cache(maxsize=None)
 def _top_level_imports(path: str, module: str, is_package: bool) -> tuple:
+    st = Path(path).stat()
+    return _top_level_imports_of(path, module, is_package, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _top_level_imports_of(path: str, module: str, is_package: bool, size: int, mtime_ns: int) -> tuple:
     """(module, names) of the import statements of a file outside its functions (module level,
     class bodies, ``if``/``try`` blocks), relative imports resolved."""
     import ast
@@ -289,36 +294,106 @@ def _imported_values(module: str, names: tuple, root: Path, package: str = "rsca
     return out
 
 
-def stage_deps(trace: Trace, group: str | None, *, package: str = "rscale") -> dict:
-    """sha256 of the rscale source files a stage depended on (``group``: the cell's estimator
-    group, None for a sample). Covered:
+SKELETON = "<module>"      # a file's code outside its functions (see source_parts)
 
-    1. every file one of whose functions (or methods, generators, comprehensions, lambdas) ran
-       in the stage (:func:`traced`);
+
+@functools.lru_cache(maxsize=1024)
+def _source_parts(path: str, size: int, mtime_ns: int) -> dict:
+    """The digests of a file's parts: each top-level function and each method (``Class.name``;
+    a function nested in another is part of it) by its syntax tree (``ast.dump``: comments and
+    layout do not count), and ``<module>``, everything else: imports, constants, class bodies,
+    the functions' signatures, defaults and decorators (their bodies replaced by ``...``), plus
+    the body of every function of the file a module-level statement calls by name (a value
+    computed at import)."""
+    import ast
+    import copy
+    import hashlib
+
+    def digest(text: str) -> str:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    tree = ast.parse(Path(path).read_text())
+    dumps: dict[str, list[str]] = {}
+
+    def collect(nodes, prefix):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                dumps.setdefault(prefix + node.name, []).append(ast.dump(node))
+            elif isinstance(node, ast.ClassDef):
+                collect(node.body, prefix + node.name + ".")
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                collect([n for f in ("body", "orelse", "finalbody") for n in getattr(node, f, [])]
+                        + [n for h in getattr(node, "handlers", []) for n in h.body], prefix)
+
+    collect(tree.body, "")
+    skeleton = copy.deepcopy(tree)
+    called = set()
+    for node in ast.walk(skeleton):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = [ast.Expr(ast.Constant(...))]
+    for node in ast.walk(skeleton):       # module-level calls (function bodies are gone)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in dumps:
+            called.add(node.func.id)
+    parts = {q: digest("\n".join(d)) for q, d in dumps.items()}
+    parts[SKELETON] = digest(ast.dump(skeleton) + "".join(parts[q] for q in sorted(called)))
+    return parts
+
+
+def source_parts(path: Path) -> dict:
+    st = path.stat()
+    return _source_parts(str(path), st.st_size, st.st_mtime_ns)
+
+
+def _part_of(code) -> str:
+    """The part of its file a code object belongs to: the function or method it is (or is nested
+    in), or the skeleton for module- and class-level lambdas and comprehensions."""
+    outer = code.co_qualname.split(".<locals>", 1)[0]
+    return SKELETON if "<" in outer else outer
+
+
+def stage_deps(trace: Trace, group: str | None, *, package: str = "rscale") -> dict:
+    """The digests of the rscale source a stage depended on (``group``: the cell's estimator
+    group, None for a sample), as ``FILE::PART`` -> digest (:func:`source_parts`; a part a file
+    no longer has, or a code object that is in no part, counts as the whole file, ``FILE``).
+    Covered:
+
+    1. every function (method, generator; with what is nested in it) that ran in the stage
+       (:func:`traced`), and the skeleton of its file (its imports, constants, class bodies,
+       signatures, defaults, decorators);
     2. the module-level values those functions could read: for each file of 1 (and, repeatedly,
        of 2), its import statements outside functions, and the import statements executed during
        the stage (lazy imports inside functions), by :func:`_imported_values`: a constant,
-       class or instance imported from module X makes X a dependency, and X's own module-level
-       imports are followed the same way (a constant re-exported along a chain reaches the file
-       that defines it); a module imported as a whole is a dependency; an imported plain function
-       is one only if it ran (1).
+       class or instance imported from module X makes X's skeleton a dependency, and X's own
+       module-level imports are followed the same way (a constant re-exported along a chain
+       reaches the file that defines it); a module imported as a whole is one; an imported plain
+       function is one only if it ran (1). A value computed at import by a function of the file
+       is covered by the skeleton (:func:`source_parts` includes the body of a function that
+       module-level code calls by name).
 
-    Other estimators' own files (``OWN_FILES``) are left out of 2, never out of 1: an estimator
-    whose fit calls into another's file depends on it. Not covered: module-level code of a file
-    none of whose functions ran and whose values are not imported as in 2 (e.g. one that
-    registers itself into another module's table at import time), a value read through a chain of
-    attribute lookups on a module that is itself not imported by a covered file, code run in
-    other threads (the stages run none), non-Python files, and the installed libraries (numpy,
-    scipy and pyarrow versions are part of each key instead)."""
-    from rscale.store.hashing import sha256_file
+    So an edit to a function that did not run in a stage (api/estimation.py's ``predict`` for a
+    fit) leaves the stage's entry valid; an edit to one that ran, or to any module-level code of
+    a file the stage used, invalidates it. Other estimators' own files (``OWN_FILES``) are left
+    out of 2, never out of 1: an estimator whose fit calls into another's file depends on it. Not
+    covered: module-level code of a file none of whose functions ran and whose values are not
+    imported as in 2 (e.g. one that registers itself into another module's table at import
+    time), a value read through a chain of attribute lookups on a module that no covered file
+    imports, a module-level value computed by calling a function of another file (its body is
+    covered only if it runs during a stage), code run in other threads (the stages run none),
+    non-Python files, and the installed libraries (numpy, scipy and pyarrow versions are part
+    of each key instead)."""
     root = _src_root() if package == "rscale" else Path(sys.modules[package].__file__).resolve().parent
     others = {f for g, files in OWN_FILES.items() if g != group for f in files} if package == "rscale" else set()
-    ran = {Path(c.co_filename).resolve() for c in trace.codes if c.co_flags & CO_OPTIMIZED}
-    files = {p.relative_to(root).as_posix() for p in ran if root in p.parents and p.suffix == ".py"}
+    ran: dict[str, set] = {}
+    for c in trace.codes:
+        if not c.co_flags & CO_OPTIMIZED:
+            continue
+        p = Path(c.co_filename).resolve()
+        if root in p.parents and p.suffix == ".py":
+            ran.setdefault(p.relative_to(root).as_posix(), set()).add(_part_of(c))
     values = set()
     for module, names in trace.imports:
         values |= _imported_values(module, names, root, package)
-    queue, seen = [*files, *values], set()
+    queue, seen = [*ran, *values], set()
     while queue:
         rel = queue.pop()
         if rel in seen:
@@ -330,8 +405,21 @@ def stage_deps(trace: Trace, group: str | None, *, package: str = "rscale") -> d
                 if f not in others and f not in seen:
                     values.add(f)
                     queue.append(f)
-    deps = files | {f for f in values if f not in others}
-    return {rel: sha256_file(root / rel) for rel in sorted(deps)}
+    deps = {}
+    for rel in sorted(set(ran) | {f for f in values if f not in others}):
+        parts = source_parts(root / rel)
+        wanted = {SKELETON} | ran.get(rel, set())
+        if not wanted <= set(parts):
+            from rscale.store.hashing import sha256_file
+            deps[rel] = sha256_file(root / rel)
+            continue
+        deps.update({f"{rel}::{q}": parts[q] for q in sorted(wanted)})
+    return deps
+
+
+def dep_files(deps: dict) -> set[str]:
+    """The files a stage's dependencies are in."""
+    return {k.split("::")[0] for k in deps}
 
 
 @functools.lru_cache(maxsize=None)
@@ -369,10 +457,23 @@ def library_versions() -> dict:
 
 # ---------------------------------------------------------------- the cache
 
-def still_valid(deps: dict) -> bool:
+def still_valid(deps: dict, root: Path | None = None) -> bool:
+    """Whether every dependency still has its digest: ``FILE::PART`` the part's
+    (:func:`source_parts`), ``FILE`` the whole file's sha256."""
     from rscale.store.hashing import sha256_file
-    root = _src_root()
-    return all((root / rel).is_file() and sha256_file(root / rel) == sha for rel, sha in deps.items())
+    root = root or _src_root()
+    for key, digest in deps.items():
+        rel, _, part = key.partition("::")
+        path = root / rel
+        if not path.is_file():
+            return False
+        try:
+            got = source_parts(path).get(part) if part else sha256_file(path)
+        except SyntaxError:
+            return False
+        if got != digest:
+            return False
+    return True
 
 
 def stage_key(**fields) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -199,9 +201,16 @@ def _entries(cache, kind):
 
 
 def _poison(path, entry, rel):
-    """What a cached entry sees after an edit to the file ``rel``: its recorded digest differs."""
-    entry["deps"][rel] = "sha256:" + "0" * 64
+    """What a cached entry sees after an edit to the file ``rel``: its recorded digests differ."""
+    keys = [k for k in entry["deps"] if k.split("::")[0] == rel]
+    assert keys
+    for k in keys:
+        entry["deps"][k] = "sha256:" + "0" * 64
     path.write_text(json.dumps(entry))
+
+
+def _files(entry):
+    return {k.split("::")[0] for k in entry["deps"]}
 
 
 def test_an_unchanged_rerun_computes_nothing(first_run, table_mod, tiny_set, stages):
@@ -222,9 +231,10 @@ def test_a_query_only_file_reruns_only_the_query_stage(first_run, table_mod, tin
     fits, answers = _entries(cache, "fits"), _entries(cache, "answers")
     assert fits and len(answers) == len(fits)
     for _, e in fits:
-        assert "core/interval.py" not in e["deps"] and "api/querying.py" not in e["deps"]
+        assert "core/interval.py" not in _files(e) and "api/querying.py" not in _files(e)
+        assert "api/estimation.py::estimate" in e["deps"] and "api/estimation.py::predict" not in e["deps"]
     for path, e in answers:
-        assert "core/interval.py" in e["deps"]
+        assert "core/interval.py" in _files(e)
         _poison(path, e, "core/interval.py")
     _run(table_mod, tiny_set, cache, doc)
     assert sorted(s for s, _, _ in stages) == ["answer"] * len(fits)
@@ -236,16 +246,16 @@ def test_an_edit_to_the_estimators_file_reruns_its_fit(first_run, table_mod, tin
     tmp, doc, _ = first_run
     cache = tmp / "cache"
     path, entry = _entries(cache, "fits")[0]
-    assert "core/estimators/evt.py" in entry["deps"]          # ran in the fit
-    assert "core/estimators/evt_eb.py" not in entry["deps"]   # another estimator's own module
+    assert "core/estimators/evt.py" in _files(entry)          # ran in the fit
+    assert "core/estimators/evt_eb.py" not in _files(entry)   # another estimator's own module
     _poison(path, entry, "core/estimators/evt.py")
     _run(table_mod, tiny_set, cache, doc)
     assert [s for s, _, _ in stages] == ["fit"]
-    assert json.loads(path.read_text())["deps"]["core/estimators/evt.py"] != "sha256:" + "0" * 64  # stored afresh
+    assert table_mod.still_valid(json.loads(path.read_text())["deps"])       # stored afresh
     # an edit to a file the curve baselines ran reruns them, not the evt cells
     stages.clear()
     for path, e in _entries(cache, "curves"):
-        assert "core/estimators/curves.py" in e["deps"] and "core/estimators/evt.py" not in e["deps"]
+        assert "core/estimators/curves.py" in _files(e) and "core/estimators/evt.py" not in _files(e)
         _poison(path, e, "core/estimators/curves.py")
     _run(table_mod, tiny_set, cache, doc)
     assert sorted(stages) == sorted(("curve", f"draw-{p}pct-{j}.sample_stats.parquet", "naive")
@@ -300,6 +310,27 @@ def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tm
     with table_mod.traced("depspkg") as trace:
         assert entry.run() == 13
     deps = table_mod.stage_deps(trace, None, package="depspkg")
-    assert sorted(deps) == ["base.py", "consts.py", "entry.py", "helper.py", "lazy.py", "whole.py"]
-    from rscale.store.hashing import sha256_file
-    assert deps["base.py"] == sha256_file(pkg / "base.py")
+    assert sorted(table_mod.dep_files(deps)) == ["base.py", "consts.py", "entry.py", "helper.py", "lazy.py", "whole.py"]
+    assert {"entry.py::run", "entry.py::<module>", "helper.py::twice", "base.py::<module>"} <= set(deps)
+    assert "entry.py::other" not in deps                      # did not run
+    # real edits, each checked against the entry, then undone
+    valid = lambda: table_mod.still_valid(deps, root=pkg)     # noqa: E731
+    assert valid()
+    edits = [("entry.py", "    from depspkg.untouched import Y\n    return Y\n", "    return 6\n", True),   # not run
+             ("entry.py", "# nothing\n", "# a comment\n", True),
+             ("helper.py", "return 2 * v", "return v + v  # same value, other code", False),                 # ran
+             ("base.py", "BASE = 3", "BASE = 4", False),                  # a constant at the end of a chain
+             ("lazy.py", "FACTOR = 2", "FACTOR = 2.0", False),            # imported lazily while it ran
+             ("unused.py", "return 0", "return 1", True),                  # its function never ran
+             ("entry.py", "def other():", "def other(z=1):", False)]       # the signature is module-level code
+    (pkg / "entry.py").write_text(files["entry.py"] + "# nothing\n")
+    deps = table_mod.stage_deps(trace, None, package="depspkg")
+    for name, old, new, still in edits:
+        text = (pkg / name).read_text()
+        assert old in text, (name, old)
+        (pkg / name).write_text(text.replace(old, new))
+        os.utime(pkg / name, ns=(1, time.time_ns() + 10**9))       # a new mtime even within one tick
+        assert valid() is still, (name, old, new)
+        (pkg / name).write_text(text)
+        os.utime(pkg / name, ns=(1, time.time_ns() + 2 * 10**9))
+        assert valid()
