@@ -30,10 +30,11 @@ cached on its own, so that an edit reruns only the stages that ran the edited co
 - curve (the curve baselines): one stage, keyed by the sample and the method.
 
 Every key also holds CELL_VERSION and the numpy / scipy / pyarrow / Python versions. Each entry
-holds the sha256 of the rscale source files the stage depended on, as :func:`stage_deps`
-determines them from a trace of the stage (what is and is not covered: its docstring); an entry
-whose files all still have those digests is reused, else the stage reruns and a new entry is
-written (older entries are never deleted). Cells run in a pool of --workers spawned interpreters
+holds the digests of the rscale source the stage depended on: each function that ran and the
+module-level code of the files it used, as :func:`stage_deps` determines them from a trace of the
+stage (what is and is not covered: its docstring); an entry whose digests all still hold is
+reused, else the stage reruns and a new entry is written (older entries are never deleted; an
+entry with whole-file digests, ``FILE`` rather than ``FILE::PART``, is checked the same way). Cells run in a pool of --workers spawned interpreters
 reused across cells (single-threaded BLAS); each imports rscale and sets up MLflow's store once
 (:func:`warm_up`), so a cell costs its fit and its register/query. Lineage stays on: each
 estimate logs its MLflow run to <cache>/mlruns.db.
@@ -62,8 +63,8 @@ import sys
 import tempfile
 import time
 import types
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
