@@ -944,7 +944,10 @@ def main(argv=None):
              f"({SIM_DRAWS if args.draws is None else args.draws} draw(s) per scenario and fraction), real sets at "
              "their full pool (5 disjoint draws per fraction); error = prediction - exact truth. Intervals: "
              "what `rscale query --ci benchmark|population` reports after `rscale estimate` and `rscale "
-             "register`; both are scored against the same truth (the realised value on these queries).")
+             "register`; both are scored against the same truth (the realised value on these queries). Cells "
+             f"present: {len(results)} of {len(cells)} (" + ", ".join(
+                 f"{m} {sum(r['method'] == m for r in results)}/{sum(c[1] == m for c in cells)}" for m in estimators)
+             + "); the ones missing are named under the table.")
     out = table(results, sets=[s for s in sets if any(r["set"] == s for r in results)] or sets,
                 estimators=estimators, missing=missing, seconds=seconds, stamp=stamp)
     print(out)
