@@ -17,12 +17,27 @@ coverage and mean width of both intervals) is written between ``<!-- accuracy-ta
 and ``<!-- accuracy-table:end -->`` in docs/benchmarks.md with ``--write``, stamped with the code
 commit and the command; a rerun replaces it.
 
-Cache: each cell's result is a JSON file under --cache (default ~/.cache/rscale/accuracy_table),
-named by the cell (set, scenario, estimator, fraction, draw, sample) and holding the sha256 of every
-rscale source file the cell imported, except other estimators' own modules (``OWN_FILES``). A
-rerun reuses a cell only if none of those files changed, so after a change it recomputes only
-the cells that ran the changed code. Simulated samples (and their truth) are cached the same way.
-Cells run in a pool of --workers fresh interpreters (spawned, one cell each, single-threaded BLAS).
+Cache (under --cache, default ~/.cache/rscale/accuracy_table): a cell is three stages, each
+cached on its own, so that an edit reruns only the stages that ran the edited code:
+
+- sample (simulator sets): the generated sample-stats file and its truth, keyed by the draw's
+  simulator parameters;
+- fit: ``api.estimate``, keyed by the sample file's sha256 and the method; its output (hardness,
+  tail and run-sidecar files) is kept content-addressed under hardness/<digest>/;
+- answer: ``api.register`` + both ``api.query`` calls, keyed by the sample, the fit's output
+  digest and the query. A refit that writes the same bytes (fits are deterministic) finds its
+  answer cached; an edit to code only register/query ran reruns the answer, not the fit;
+- curve (the curve baselines): one stage, keyed by the sample and the method.
+
+Every key also holds CELL_VERSION and the numpy / scipy / pyarrow / Python versions. Each entry
+holds the digests of the rscale source the stage depended on: each function that ran and the
+module-level code of the files it used, as :func:`stage_deps` determines them from a trace of the
+stage (what is and is not covered: its docstring); an entry whose digests all still hold is
+reused, else the stage reruns and a new entry is written (older entries are never deleted; an
+entry with whole-file digests, ``FILE`` rather than ``FILE::PART``, is checked the same way). Cells run in a pool of --workers spawned interpreters
+reused across cells (single-threaded BLAS); each imports rscale and sets up MLflow's store once
+(:func:`warm_up`), so a cell costs its fit and its register/query. Lineage stays on: each
+estimate logs its MLflow run to <cache>/mlruns.db.
 
 Run (the full table; ``--quick``: 5% only, draw 0, first two scenarios of each simulator set):
 
@@ -47,14 +62,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 K_METRIC = 1000
-CELL_VERSION = 1          # bump when what a cell computes changes outside src/rscale
+CELL_VERSION = 2          # bump when what a cell computes changes outside src/rscale
 REGISTRY_ESTIMATORS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 CURVE_ESTIMATORS = ("naive", "loguniform", "powerlaw")
 ESTIMATORS = REGISTRY_ESTIMATORS + CURVE_ESTIMATORS
@@ -76,6 +93,7 @@ OWN_FILES = {
 }
 OWN_GROUP = {"evt": "evt", "evt-paper": "evt", "evt-eb": "evt-eb", "count": "count", "sdm": "sdm",
              "naive": "curves", "loguniform": "curves", "powerlaw": "curves"}
+ESTIMATOR_ORDER = ("evt-eb", "evt", "evt-paper", "count", "sdm", "naive", "loguniform", "powerlaw")
 # The sets in the order their cells start: the real sets and the design set first.
 SET_ORDER = ("realset", "realset2", "design")
 FRACTION_ORDER = {0.05: 0, 0.01: 1, 0.1: 2, 0.02: 3}
@@ -157,36 +175,310 @@ def cell_key(draw: Draw, method: str) -> str:
                              "mode": query_mode(method)}).split(":")[-1][:32]
 
 
-# ---------------------------------------------------------------- the cache
+# ---------------------------------------------------------------- what a stage ran
 
 def _src_root() -> Path:
     import rscale
     return Path(rscale.__file__).resolve().parent
 
 
-def source_digests(group: str | None) -> dict:
-    """sha256 of every rscale source file imported in this process, less the other estimators'
-    own files (``OWN_FILES``; ``group`` is this cell's estimator group, None for a sample)."""
-    from rscale.store.hashing import sha256_file
-    root = _src_root()
-    others = {f for g, files in OWN_FILES.items() if g != group for f in files}
-    out = {}
-    for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None)
-        if not path:
+CO_OPTIMIZED = 0x1        # set on function code; unset on module and class bodies
+
+
+class Trace:
+    """What ran inside a :func:`traced` block: the code objects of the Python functions executed
+    (a C-level profiler, :class:`cProfile.Profile` with builtins off: about 5% on an evt-eb fit)
+    and the import statements executed (``builtins.__import__`` wrapped), as (module, names)."""
+
+    def __init__(self):
+        self.codes: set = set()
+        self.imports: set = set()
+
+
+@contextmanager
+def traced(package: str = "rscale"):
+    import builtins
+    import cProfile
+    import importlib.util
+    trace = Trace()
+    real_import = builtins.__import__
+
+    def recording_import(name, globals=None, locals=None, fromlist=(), level=0):
+        mod = real_import(name, globals, locals, fromlist, level)
+        try:
+            absolute = importlib.util.resolve_name("." * level + name, (globals or {}).get("__package__")) \
+                if level else name
+        except (ImportError, ValueError):
+            absolute = name
+        if absolute == package or absolute.startswith(package + "."):
+            trace.imports.add((absolute, tuple(fromlist or ())))
+        return mod
+
+    prof = cProfile.Profile(builtins=False)
+    builtins.__import__ = recording_import
+    prof.enable()
+    try:
+        yield trace
+    finally:
+        prof.disable()
+        builtins.__import__ = real_import
+        trace.codes = {e.code for e in prof.getstats() if not isinstance(e.code, str)}
+
+
+def _module_file(name: str, root: Path) -> str | None:
+    mod = sys.modules.get(name)
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return None
+    p = Path(path).resolve()
+    return p.relative_to(root).as_posix() if root in p.parents and p.suffix == ".py" else None
+
+
+def _module_name(rel: str, package: str) -> str:
+    parts = [package, *rel.removesuffix(".py").split("/")]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: str, module: str, is_package: bool) -> tuple:
+    st = Path(path).stat()
+    return _top_level_imports_of(path, module, is_package, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _top_level_imports_of(path: str, module: str, is_package: bool, size: int, mtime_ns: int) -> tuple:
+    """(module, names) of the import statements of a file outside its functions (module level,
+    class bodies, ``if``/``try`` blocks), relative imports resolved."""
+    import ast
+    import importlib.util
+    package = module if is_package else module.rpartition(".")[0]
+    out = []
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.Import):
+                out.extend((a.name, ()) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                name = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                    if node.level else node.module
+                out.append((name, tuple(a.name for a in node.names)))
+            else:
+                visit(ast.iter_child_nodes(node))
+
+    visit(ast.parse(Path(path).read_text()).body)
+    return tuple(out)
+
+
+def _imported_values(module: str, names: tuple, root: Path, package: str = "rscale") -> set[str]:
+    """The files whose module-level values an import statement makes available: ``import X``
+    -> X; ``from X import n`` -> n's file when n is a module, nothing when n is a plain function
+    (its file counts when it runs), else X (a constant, a class, an instance, a wrapped function)."""
+    if not (module == package or module.startswith(package + ".")):
+        return set()
+    if not names:
+        f = _module_file(module, root)
+        return {f} if f else set()
+    out = set()
+    mod = sys.modules.get(module)
+    for n in names:
+        obj = getattr(mod, n, None) if mod is not None else None
+        if isinstance(obj, types.ModuleType):
+            f = _module_file(obj.__name__, root)
+        elif isinstance(obj, types.FunctionType):
+            f = None
+        else:
+            f = _module_file(module, root)
+        if f:
+            out.add(f)
+    return out
+
+
+SKELETON = "<module>"      # a file's code outside its functions (see source_parts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_parts(path: str, size: int, mtime_ns: int) -> dict:
+    """The digests of a file's parts: each top-level function and each method (``Class.name``;
+    a function nested in another is part of it) by its syntax tree (``ast.dump``: comments and
+    layout do not count), and ``<module>``, everything else: imports, constants, class bodies,
+    the functions' signatures, defaults and decorators (their bodies replaced by ``...``), plus
+    the body of every function of the file a module-level statement calls by name (a value
+    computed at import)."""
+    import ast
+    import copy
+    import hashlib
+
+    def digest(text: str) -> str:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    tree = ast.parse(Path(path).read_text())
+    dumps: dict[str, list[str]] = {}
+
+    def collect(nodes, prefix):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                dumps.setdefault(prefix + node.name, []).append(ast.dump(node))
+            elif isinstance(node, ast.ClassDef):
+                collect(node.body, prefix + node.name + ".")
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                collect([n for f in ("body", "orelse", "finalbody") for n in getattr(node, f, [])]
+                        + [n for h in getattr(node, "handlers", []) for n in h.body], prefix)
+
+    collect(tree.body, "")
+    skeleton = copy.deepcopy(tree)
+    called = set()
+    for node in ast.walk(skeleton):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = [ast.Expr(ast.Constant(...))]
+    for node in ast.walk(skeleton):       # module-level calls (function bodies are gone)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in dumps:
+            called.add(node.func.id)
+    parts = {q: digest("\n".join(d)) for q, d in dumps.items()}
+    parts[SKELETON] = digest(ast.dump(skeleton) + "".join(parts[q] for q in sorted(called)))
+    return parts
+
+
+def source_parts(path: Path) -> dict:
+    st = path.stat()
+    return _source_parts(str(path), st.st_size, st.st_mtime_ns)
+
+
+def _part_of(code) -> str:
+    """The part of its file a code object belongs to: the function or method it is (or is nested
+    in), or the skeleton for module- and class-level lambdas and comprehensions."""
+    outer = code.co_qualname.split(".<locals>", 1)[0]
+    return SKELETON if "<" in outer else outer
+
+
+def stage_deps(trace: Trace, group: str | None, *, package: str = "rscale") -> dict:
+    """The digests of the rscale source a stage depended on (``group``: the cell's estimator
+    group, None for a sample), as ``FILE::PART`` -> digest (:func:`source_parts`; a part a file
+    no longer has, or a code object that is in no part, counts as the whole file, ``FILE``).
+    Covered:
+
+    1. every function (method, generator; with what is nested in it) that ran in the stage
+       (:func:`traced`), and the skeleton of its file (its imports, constants, class bodies,
+       signatures, defaults, decorators);
+    2. the module-level values those functions could read: for each file of 1 (and, repeatedly,
+       of 2), its import statements outside functions, and the import statements executed during
+       the stage (lazy imports inside functions), by :func:`_imported_values`: a constant,
+       class or instance imported from module X makes X's skeleton a dependency, and X's own
+       module-level imports are followed the same way (a constant re-exported along a chain
+       reaches the file that defines it); a module imported as a whole is one; an imported plain
+       function is one only if it ran (1). A value computed at import by a function of the file
+       is covered by the skeleton (:func:`source_parts` includes the body of a function that
+       module-level code calls by name).
+
+    So an edit to a function that did not run in a stage (api/estimation.py's ``predict`` for a
+    fit) leaves the stage's entry valid; an edit to one that ran, or to any module-level code of
+    a file the stage used, invalidates it. Other estimators' own files (``OWN_FILES``) are left
+    out of 2, never out of 1: an estimator whose fit calls into another's file depends on it. Not
+    covered: module-level code of a file none of whose functions ran and whose values are not
+    imported as in 2 (e.g. one that registers itself into another module's table at import
+    time), a value read through a chain of attribute lookups on a module that no covered file
+    imports, a module-level value computed by calling a function of another file (its body is
+    covered only if it runs during a stage), code run in other threads (the stages run none),
+    non-Python files, and the installed libraries (numpy, scipy and pyarrow versions are part
+    of each key instead)."""
+    root = _src_root() if package == "rscale" else Path(sys.modules[package].__file__).resolve().parent
+    others = {f for g, files in OWN_FILES.items() if g != group for f in files} if package == "rscale" else set()
+    ran: dict[str, set] = {}
+    for c in trace.codes:
+        if not c.co_flags & CO_OPTIMIZED:
             continue
-        p = Path(path).resolve()
+        p = Path(c.co_filename).resolve()
         if root in p.parents and p.suffix == ".py":
-            rel = p.relative_to(root).as_posix()
-            if rel not in others:
-                out[rel] = sha256_file(p)
-    return dict(sorted(out.items()))
+            ran.setdefault(p.relative_to(root).as_posix(), set()).add(_part_of(c))
+    values = set()
+    for module, names in trace.imports:
+        values |= _imported_values(module, names, root, package)
+    queue, seen = [*ran, *values], set()
+    while queue:
+        rel = queue.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        module = _module_name(rel, package)
+        for imported, names in _top_level_imports(str(root / rel), module, rel.endswith("__init__.py")):
+            for f in _imported_values(imported, names, root, package):
+                if f not in others and f not in seen:
+                    values.add(f)
+                    queue.append(f)
+    deps = {}
+    for rel in sorted(set(ran) | {f for f in values if f not in others}):
+        parts = source_parts(root / rel)
+        wanted = {SKELETON} | ran.get(rel, set())
+        if not wanted <= set(parts):
+            from rscale.store.hashing import sha256_file
+            deps[rel] = sha256_file(root / rel)
+            continue
+        deps.update({f"{rel}::{q}": parts[q] for q in sorted(wanted)})
+    return deps
 
 
-def still_valid(deps: dict) -> bool:
+def dep_files(deps: dict) -> set[str]:
+    """The files a stage's dependencies are in."""
+    return {k.split("::")[0] for k in deps}
+
+
+@functools.lru_cache(maxsize=None)
+def warm_up() -> None:
+    """Import, before any stage is traced, every module a stage could import lazily (so that no
+    module body runs inside a stage, and a reused worker traces what a fresh one would), and set
+    up MLflow's tracking store once per process (its import and SQLite store take 3-5 s)."""
+    import importlib
+    import pkgutil
+
+    import rscale
+    for pkg in ("rscale.core", "rscale.store", "rscale.query", "rscale.sim"):
+        mod = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(mod.__path__, pkg + "."):
+            importlib.import_module(info.name)
+    for name in ("rscale.api", "rscale.api.estimation", "rscale.api.registry", "rscale.api.querying",
+                 "rscale.producers.lineage", "rscale.store.run_sidecar"):
+        importlib.import_module(name)
+    from rscale import api
+    assert api.estimate and api.register and api.query       # rscale.api binds its names on first use
+    from rscale.producers import lineage
+    if lineage._mlflow() is not None:          # the store's import and schema check, not a run
+        import mlflow
+        mlflow.get_experiment_by_name(lineage.EXPERIMENT)
+    assert rscale.__file__
+
+
+def library_versions() -> dict:
+    import numpy
+    import pyarrow
+    import scipy
+    return {"numpy": numpy.__version__, "scipy": scipy.__version__, "pyarrow": pyarrow.__version__,
+            "python": platform.python_version()}
+
+
+# ---------------------------------------------------------------- the cache
+
+def still_valid(deps: dict, root: Path | None = None) -> bool:
+    """Whether every dependency still has its digest: ``FILE::PART`` the part's
+    (:func:`source_parts`), ``FILE`` the whole file's sha256."""
     from rscale.store.hashing import sha256_file
-    root = _src_root()
-    return all((root / rel).is_file() and sha256_file(root / rel) == sha for rel, sha in deps.items())
+    root = root or _src_root()
+    for key, digest in deps.items():
+        rel, _, part = key.partition("::")
+        path = root / rel
+        if not path.is_file():
+            return False
+        try:
+            got = source_parts(path).get(part) if part else sha256_file(path)
+        except SyntaxError:
+            return False
+        if got != digest:
+            return False
+    return True
+
+
+def stage_key(**fields) -> str:
+    from rscale.store.hashing import canonical_digest
+    return canonical_digest({"v": CELL_VERSION, **fields, "libraries": library_versions()}).split(":")[-1][:32]
 
 
 def cache_lookup(cache: Path, kind: str, key: str):
@@ -202,8 +494,8 @@ def cache_lookup(cache: Path, kind: str, key: str):
 
 
 def cache_store(cache: Path, kind: str, key: str, entry: dict) -> Path:
-    from rscale.store.hashing import canonical_digest
     from rscale.store.atomic import write_text_atomic
+    from rscale.store.hashing import canonical_digest
     tag = canonical_digest(entry["deps"]).split(":")[-1][:16]
     path = cache / kind / f"{key}-{tag}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,95 +505,240 @@ def cache_store(cache: Path, kind: str, key: str, entry: dict) -> Path:
 
 # ---------------------------------------------------------------- one cell (runs in a worker)
 
-def prepared_sample(draw: Draw, cache: Path) -> tuple[Path, float]:
-    """(sample-stats file, truth) of a draw; a simulated one is generated once and cached."""
+def _sample_key(draw: Draw) -> str:
+    return stage_key(stage="sample", n=draw.n, **draw.sim)
+
+
+def cached_sample(draw: Draw, cache: Path) -> tuple[Path, float] | None:
+    """(sample-stats file, truth) of a draw if it is at hand: a real set's file, or a simulated
+    draw's cached file whose simulator code is unchanged."""
     if draw.sample is not None:
         return Path(draw.sample), draw.truth
-    from rscale.store.hashing import canonical_digest
-    key = canonical_digest({"v": CELL_VERSION, "n": draw.n, **draw.sim}).split(":")[-1][:32]
+    entry = cache_lookup(cache, "samples", _sample_key(draw))
+    if entry is not None and Path(entry["sample"]).is_file():
+        return Path(entry["sample"]), entry["truth"]
+    return None
+
+
+def prepared_sample(draw: Draw, cache: Path) -> tuple[Path, float]:
+    """(sample-stats file, truth) of a draw; a simulated one is generated once and cached."""
+    got = cached_sample(draw, cache)
+    if got is not None:
+        return got
     (cache / "samples").mkdir(parents=True, exist_ok=True)
-    with open(cache / "samples" / f"{key}.lock", "w") as lock:   # two workers on one draw make it once
+    with open(cache / "samples" / f"{_sample_key(draw)}.lock", "w") as lock:   # two workers on one draw make it once
         fcntl.flock(lock, fcntl.LOCK_EX)
-        entry = cache_lookup(cache, "samples", key)
-        if entry is not None and Path(entry["sample"]).is_file():
-            return Path(entry["sample"]), entry["truth"]
-        return _simulated_sample(draw, cache, key)
+        return cached_sample(draw, cache) or _simulated_sample(draw, cache, _sample_key(draw))
 
 
 def _simulated_sample(draw: Draw, cache: Path, key: str) -> tuple[Path, float]:
-    from rscale.store.hashing import canonical_digest
     from rscale import sim
     from rscale.sim.benchmark import HardnessLaw, SimSpec
+    from rscale.store.hashing import canonical_digest
     from rscale.store.sample_stats_file import write_sample_stats
+    warm_up()
     spec = dict(draw.sim["spec"])
-    spec = SimSpec(name=spec["name"], family=spec["family"], n_queries=spec["n_queries"],
-                   hardness=HardnessLaw(**spec["hardness"]))
     seed = draw.sim["seed"]
-    bench = sim.simulate(spec, seed=seed)
-    ss = sim.sample(bench, draw.sim["s"], k=draw.sim["k"], seed=seed)
-    truth = float(sim.truth(bench, ss, draw.n, "AP", K_METRIC, seed=seed).mean())
-    deps = source_digests(None)
+    tmp = cache / "samples" / f"{key}.{os.getpid()}.tmp.parquet"
+    with traced() as trace:
+        spec = SimSpec(name=spec["name"], family=spec["family"], n_queries=spec["n_queries"],
+                       hardness=HardnessLaw(**spec["hardness"]))
+        bench = sim.simulate(spec, seed=seed)
+        ss = sim.sample(bench, draw.sim["s"], k=draw.sim["k"], seed=seed)
+        truth = float(sim.truth(bench, ss, draw.n, "AP", K_METRIC, seed=seed).mean())
+        write_sample_stats(ss, tmp)
+    deps = stage_deps(trace, None)
     tag = canonical_digest(deps).split(":")[-1][:16]
     path = cache / "samples" / f"{key}-{tag}.sample_stats.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_sample_stats(ss, path)
+    os.replace(tmp, path)
     cache_store(cache, "samples", key, {"deps": deps, "sample": str(path), "truth": truth, "draw": draw.label})
     return path, truth
 
 
-def shipped_answer(sample: Path, method: str, n: float, workdir: Path) -> dict:
-    """What a user gets: rscale estimate -> register -> query (both interval kinds), in process."""
-    from rscale import api
+@functools.lru_cache(maxsize=4096)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    from rscale.store.hashing import sha256_file
+    return sha256_file(path)
+
+
+def file_digest(path: Path) -> str:
+    st = Path(path).stat()
+    return _file_digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+def fit_key(sample: Path, method: str) -> str:
+    """The fit stage's key: what ``api.estimate`` reads (the sample's bytes, the method)."""
+    return stage_key(stage="fit", method=method, sample=file_digest(sample))
+
+
+def answer_key(sample: Path, method: str, n: float, hardness: str) -> str:
+    """The register+query stage's key: the fit's output (``hardness``, the digest of the files
+    api.estimate wrote), the sample register checks it against, and the query."""
+    return stage_key(stage="answer", method=method, sample=file_digest(sample), hardness=hardness, n=n,
+                     query=query_text(method, n))
+
+
+def curve_key(sample: Path, method: str, n: float) -> str:
+    return stage_key(stage="curve", method=method, sample=file_digest(sample), n=n)
+
+
+def query_text(method: str, n: float) -> str:
     from rscale.query.grammar import format_size
-    api.estimate(sample, method, out=workdir / "h.parquet")
-    api.register(workdir / "h.parquet", sample, registry=workdir / "reg", backbone="b", benchmark="accuracy")
     mode = query_mode(method)
-    text = f"mAP@{K_METRIC} at N={format_size(int(n))} for b using {method}" + (f" {mode}" if mode else "")
-    out = {"query": text}
-    for kind, pre in (("benchmark", ""), ("population", "pop_")):
-        row = api.query(text, workdir / "reg", ci_kind=kind)["rows"][0]
-        out.update({"value": row["value"], pre + "lo": row["ci_low"], pre + "hi": row["ci_high"],
-                    pre + "ci_kind": row.get("ci_kind")})
-    return out
+    return f"mAP@{K_METRIC} at N={format_size(int(n))} for b using {method}" + (f" {mode}" if mode else "")
 
 
-def curve_answer(sample: Path, method: str, n: float) -> dict:
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def _stage(cache: Path, kind: str, key: str, method: str, body) -> dict:
+    """Run ``body`` (returning the entry's fields) traced; cache the entry under the files it
+    depended on. A failure is an entry too (``failed``: the message), cached like an answer: the
+    same code on the same input fails the same way."""
+    warm_up()
+    t = time.perf_counter()
+    with traced() as trace:
+        try:
+            fields = body()
+        except Exception as exc:
+            fields = {"failed": _failure(exc)}
+    entry = {"deps": stage_deps(trace, OWN_GROUP[method]), **fields, "secs": time.perf_counter() - t}
+    cache_store(cache, kind, key, entry)
+    return entry
+
+
+def fit_stage(sample: Path, method: str, cache: Path) -> dict:
+    """rscale estimate, in process: the files it writes (hardness, tail, run sidecar) are kept
+    under cache/hardness/<digest>/, content-addressed; returns the fit's cache entry."""
+    from rscale import api
+    from rscale.store.hashing import canonical_digest
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="accuracy-table-fit-", dir=cache) as tmp:
+        def body():
+            summary = api.estimate(sample, method, out=Path(tmp) / "h.parquet")
+            digest = canonical_digest({Path(p).name: file_digest(Path(p)) for p in summary["written"]}).split(":")[-1]
+            home = cache / "hardness" / digest[:32]
+            if not home.is_dir():
+                staging = Path(tmp) / "kept"
+                staging.mkdir()
+                for p in list(Path(tmp).iterdir()):
+                    if p.is_file():
+                        os.replace(p, staging / p.name)
+                home.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.replace(staging, home)
+                except OSError:                         # another worker kept the same bytes first
+                    pass
+            return {"hardness": digest, "dir": str(home), "file": "h.parquet", "fits": summary.get("fits"),
+                    "fit_seconds": summary.get("seconds")}
+        return _stage(cache, "fits", fit_key(sample, method), method, body)
+
+
+def answer_stage(sample: Path, method: str, n: float, fit: dict, cache: Path, workdir: Path) -> dict:
+    """rscale register, then rscale query with both interval kinds, in process, on a copy of the
+    fit's files; returns the answer's cache entry."""
+    import shutil
+
+    from rscale import api
+    for p in Path(fit["dir"]).iterdir():
+        shutil.copy2(p, workdir / p.name)
+    text = query_text(method, n)
+
+    def body():
+        api.register(workdir / fit["file"], sample, registry=workdir / "reg", backbone="b", benchmark="accuracy")
+        out = {"query": text}
+        for kind, pre in (("benchmark", ""), ("population", "pop_")):
+            row = api.query(text, workdir / "reg", ci_kind=kind)["rows"][0]
+            out.update({"value": row["value"], pre + "lo": row["ci_low"], pre + "hi": row["ci_high"],
+                        pre + "ci_kind": row.get("ci_kind")})
+        return {"answer": out}
+    return _stage(cache, "answers", answer_key(sample, method, n, fit["hardness"]), method, body)
+
+
+def curve_stage(sample: Path, method: str, n: float, cache: Path) -> dict:
     """A curve baseline (no registry path): its extrapolated value at n, no interval."""
     from rscale.core.estimators.methods import estimate
     from rscale.store.sample_stats_file import read_sample_stats
-    ss = read_sample_stats(sample)
-    return {"value": float(estimate(ss, method, metric="AP", k=K_METRIC).value(n))}
+
+    def body():
+        return {"answer": {"value": float(estimate(read_sample_stats(sample), method, metric="AP",
+                                                   k=K_METRIC).value(n))}}
+    return _stage(cache, "curves", curve_key(sample, method, n), method, body)
+
+
+def _result(draw: Draw, method: str, truth: float, *entries, **secs) -> dict:
+    """A cell's row from its stages' entries (the last one's answer, or the first failure)."""
+    failed = next((e["failed"] for e in entries if "failed" in e), None)
+    answer = {"value": None, "failed": failed} if failed else entries[-1]["answer"]
+    return {"set": draw.set, "scenario": draw.scenario, "fraction": draw.fraction, "draw": draw.draw,
+            "method": method, "n": draw.n, "truth": truth, **secs, "secs": sum(secs.values()), **answer}
+
+
+def _valid_fit(cache: Path, sample: Path, method: str):
+    fit = cache_lookup(cache, "fits", fit_key(sample, method))
+    return fit if fit is not None and ("failed" in fit or Path(fit["dir"]).is_dir()) else None
+
+
+def _answer_lookup(cache: Path, sample: Path, method: str, n: float, fit: dict):
+    return fit if "failed" in fit else cache_lookup(cache, "answers", answer_key(sample, method, n, fit["hardness"]))
+
+
+def cached_cell(draw: Draw, method: str, cache: Path) -> dict | None:
+    """A cell's result from the cache alone (sample, fit and answer all valid), or None."""
+    got = cached_sample(draw, cache)
+    if got is None:
+        return None
+    sample, truth = got
+    if method not in REGISTRY_ESTIMATORS:
+        hit = cache_lookup(cache, "curves", curve_key(sample, method, draw.n))
+        return None if hit is None else _result(draw, method, truth, hit, fit_secs=hit["secs"])
+    fit = _valid_fit(cache, sample, method)
+    ans = None if fit is None else _answer_lookup(cache, sample, method, draw.n, fit)
+    if ans is None:
+        return None
+    return _result(draw, method, truth, fit, ans, fit_secs=fit["secs"], answer_secs=0.0 if ans is fit else ans["secs"])
 
 
 def run_cell(draw: Draw, method: str, cache: str, keep: str | None = None) -> dict:
-    """One cell: its answer against the truth, cached under the digests of the code it ran
-    (``keep``: a folder to keep each registry cell's files in, under its cell key)."""
+    """One cell: its answer against the truth, each stage taken from the cache when what it
+    depends on is unchanged (``keep``: a folder to keep each registry cell's files in, under its
+    cell key). ``computed`` lists the stages that ran."""
     cache = Path(cache)
-    key = cell_key(draw, method)
-    hit = cache_lookup(cache, "cells", key)
-    if hit is not None:
-        return {**hit["result"], "cached": True}
+    computed = []
     t = time.perf_counter()
-    sample, truth = prepared_sample(draw, cache)
-    t_sample = time.perf_counter() - t
-    t = time.perf_counter()
-    try:
-        if method in REGISTRY_ESTIMATORS:
+    got = cached_sample(draw, cache)
+    if got is None:
+        computed.append("sample")
+        got = prepared_sample(draw, cache)
+    sample, truth = got
+    sample_secs = time.perf_counter() - t if computed else 0.0
+    if method in REGISTRY_ESTIMATORS:
+        fit = _valid_fit(cache, sample, method)
+        if fit is None:
+            computed.append("fit")
+            fit = fit_stage(sample, method, cache)
+        ans = _answer_lookup(cache, sample, method, draw.n, fit)
+        if ans is None:
+            computed.append("answer")
             if keep is not None:
-                (Path(keep) / key).mkdir(parents=True, exist_ok=True)
-                ans = {**shipped_answer(sample, method, draw.n, Path(keep) / key), "kept": str(Path(keep) / key)}
+                work = Path(keep) / cell_key(draw, method)
+                work.mkdir(parents=True, exist_ok=True)
+                ans = answer_stage(sample, method, draw.n, fit, cache, work)
             else:
                 with tempfile.TemporaryDirectory(prefix="accuracy-table-") as tmp:
-                    ans = shipped_answer(sample, method, draw.n, Path(tmp))
-        else:
-            ans = curve_answer(sample, method, draw.n)
-    except Exception as exc:          # a failing cell is reported in the table, not hidden
-        ans = {"value": None, "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-    result = {"set": draw.set, "scenario": draw.scenario, "fraction": draw.fraction, "draw": draw.draw,
-              "method": method, "n": draw.n, "truth": truth, "secs": time.perf_counter() - t,
-              "sample_secs": t_sample, **ans}
-    cache_store(cache, "cells", key, {"deps": source_digests(OWN_GROUP[method]), "result": result})
-    return {**result, "cached": False}
+                    ans = answer_stage(sample, method, draw.n, fit, cache, Path(tmp))
+        result = _result(draw, method, truth, fit, ans, fit_secs=fit["secs"],
+                         answer_secs=0.0 if ans is fit else ans["secs"])
+        if keep is not None:
+            result["kept"] = str(Path(keep) / cell_key(draw, method))
+    else:
+        hit = cache_lookup(cache, "curves", curve_key(sample, method, draw.n))
+        if hit is None:
+            computed.append("curve")
+            hit = curve_stage(sample, method, draw.n, cache)
+        result = _result(draw, method, truth, hit, fit_secs=hit["secs"])
+    return {**result, "sample_secs": sample_secs, "computed": computed, "cached": not computed}
 
 
 # ---------------------------------------------------------------- the table
@@ -441,17 +878,19 @@ def main(argv=None):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     draws, sets = plan(args)
-    # 5% of every set first (then 1%, 10%, 2%), the sets in order; sdm last (its cells are the slowest)
+    # evt-eb (the default) on every set first, then the other estimators in ESTIMATOR_ORDER; within
+    # one, the real sets first (every fraction: their cells are the cheap ones), then 5% of every
+    # simulator set (then 1%, 10%, 2%), the sets in order
     cells = [(d, m) for d in draws for m in estimators]
-    cells.sort(key=lambda c: (c[1] == "sdm", FRACTION_ORDER.get(round(c[0].fraction, 4), 9), sets.index(c[0].set),
-                              c[0].draw))
+    cells.sort(key=lambda c: (ESTIMATOR_ORDER.index(c[1]), c[0].sim is not None,
+                              FRACTION_ORDER.get(round(c[0].fraction, 4), 9), sets.index(c[0].set), c[0].draw))
     t0 = time.time()
     results, missing = [], []
     todo = []
     for d, m in cells:
-        hit = cache_lookup(cache, "cells", cell_key(d, m))
+        hit = cached_cell(d, m, cache)
         if hit is not None:
-            results.append(hit["result"])
+            results.append({**hit, "sample_secs": 0.0, "computed": [], "cached": True})
         elif args.cached_only:
             missing.append((d, m, "not computed yet"))
         else:
@@ -463,10 +902,15 @@ def main(argv=None):
                 missing.append((d, m, "time budget"))
                 continue
             results.append(run_cell(d, m, str(cache), args.keep_registries))
+            r = results[-1]
+            print(f"[{time.time() - t0:6.0f}s] {d.label} {m}: ran {'+'.join(r['computed']) or 'nothing'}", file=sys.stderr,
+                  flush=True)
     elif todo:
         import multiprocessing
+        # workers are reused across cells: imports and MLflow's store set-up happen once per worker
+        # (warm_up), and each stage's dependencies are traced, so a reused worker caches as a fresh one
         with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
-                                 max_tasks_per_child=1) as pool:
+                                 initializer=warm_up) as pool:
             pending, queue = {}, list(todo)
             while queue or pending:
                 while queue and len(pending) < args.workers:
@@ -483,21 +927,26 @@ def main(argv=None):
                     r = fut.result()
                     results.append(r)
                     err = "failed" if r.get("value") is None else f"{r['value'] - r['truth']:+.4f}"
-                    print(f"[{time.time() - t0:6.0f}s] {d.label} {m}: {err} ({r['secs']:.0f}s)", file=sys.stderr,
-                          flush=True)
+                    print(f"[{time.time() - t0:6.0f}s] {d.label} {m}: {err} (ran {'+'.join(r['computed']) or 'nothing'}: "
+                          f"{r['secs']:.1f}s)", file=sys.stderr, flush=True)
+    n_computed = sum(bool(r.get("computed")) for r in results)
     seconds = {}
     for r in results:
         seconds[r["set"]] = seconds.get(r["set"], 0.0) + r["secs"] + r.get("sample_secs", 0.0)
     cmd = "PYTHONPATH=src .venv/bin/python benchmarks/accuracy_table.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     stamp = (f"Generated by `{cmd.strip()}` at code commit {code_commit()} ({time.strftime('%Y-%m-%d')}, "
-             f"{platform.machine()}, Python {platform.python_version()}; {len(todo)} cells computed by this "
+             f"{platform.machine()}, Python {platform.python_version()}; {n_computed} cells computed by this "
              f"invocation with {args.workers} workers in {(time.time() - t0) / 60:.1f} min wall, "
-             f"{len(cells) - len(todo)} from the cache). mAP@{K_METRIC}; simulator sets at N = 1e8 "
+             f"{len(results) - n_computed} from the cache; lineage on: each estimate logged its "
+             f"MLflow run to the cache's mlruns.db). mAP@{K_METRIC}; simulator sets at N = 1e8 "
              f"({SIM_DRAWS if args.draws is None else args.draws} draw(s) per scenario and fraction), real sets at "
              "their full pool (5 disjoint draws per fraction); error = prediction - exact truth. Intervals: "
              "what `rscale query --ci benchmark|population` reports after `rscale estimate` and `rscale "
-             "register`; both are scored against the same truth (the realised value on these queries).")
+             "register`; both are scored against the same truth (the realised value on these queries). Cells "
+             f"present: {len(results)} of {len(cells)} (" + ", ".join(
+                 f"{m} {sum(r['method'] == m for r in results)}/{sum(c[1] == m for c in cells)}" for m in estimators)
+             + "); the ones missing are named under the table.")
     out = table(results, sets=[s for s in sets if any(r["set"] == s for r in results)] or sets,
                 estimators=estimators, missing=missing, seconds=seconds, stamp=stamp)
     print(out)

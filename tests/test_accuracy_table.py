@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -179,25 +181,85 @@ def test_the_markers_are_replaced_and_the_rest_of_the_doc_kept(first_run, table_
     assert doc.read_text().endswith("## Later section\n\nkept\n")
 
 
-def test_the_cache_skips_unchanged_cells_and_reruns_changed_ones(first_run, table_mod, tiny_set, monkeypatch):
-    tmp, doc, _ = first_run
+@pytest.fixture
+def stages(table_mod, monkeypatch):
+    """The stages a rerun computes: (stage, fraction, draw, method)."""
     monkeypatch.setattr("rscale.producers.lineage._mlflow", lambda: None)
     ran = []
-    real = table_mod.run_cell
-    monkeypatch.setattr(table_mod, "run_cell", lambda d, m, c, k: ran.append((d.fraction, d.draw, m)) or real(d, m, c, k))
-    _run(table_mod, tiny_set, tmp / "cache", doc)
-    assert ran == []
-    # a change to a file one evt cell imported: that cell alone reruns
-    cells = sorted((tmp / "cache" / "cells").glob("*.json"))
-    entry = next(json.loads(p.read_text()) for p in cells if json.loads(p.read_text())["result"]["method"] == "evt")
-    path = next(p for p in cells if json.loads(p.read_text()) == entry)
-    assert "core/law.py" in entry["deps"] and "core/estimators/evt.py" in entry["deps"]
-    assert "core/estimators/evt_eb.py" not in entry["deps"]     # another estimator's own module
-    entry["deps"]["core/law.py"] = "sha256:" + "0" * 64
+    for name in ("fit_stage", "answer_stage", "curve_stage"):
+        real = getattr(table_mod, name)
+
+        def spy(sample, method, *a, _real=real, _name=name, **kw):
+            ran.append((_name.removesuffix("_stage"), Path(sample).name, method))
+            return _real(sample, method, *a, **kw)
+        monkeypatch.setattr(table_mod, name, spy)
+    return ran
+
+
+def _entries(cache, kind):
+    return [(p, json.loads(p.read_text())) for p in sorted((cache / kind).glob("*.json"))]
+
+
+def _poison(path, entry, rel):
+    """What a cached entry sees after an edit to the file ``rel``: its recorded digests differ."""
+    keys = [k for k in entry["deps"] if k.split("::")[0] == rel]
+    assert keys
+    for k in keys:
+        entry["deps"][k] = "sha256:" + "0" * 64
     path.write_text(json.dumps(entry))
-    _run(table_mod, tiny_set, tmp / "cache", doc)
-    r = entry["result"]
-    assert ran == [(r["fraction"], r["draw"], "evt")]
+
+
+def _files(entry):
+    return {k.split("::")[0] for k in entry["deps"]}
+
+
+def test_an_unchanged_rerun_computes_nothing(first_run, table_mod, tiny_set, stages):
+    tmp, doc, results = first_run
+    again = _run(table_mod, tiny_set, tmp / "cache", doc)
+    assert stages == []
+    assert all(r["cached"] for r in again)
+    key = lambda r: (r["fraction"], r["draw"], r["method"])            # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("cached", "computed", "kept", "sample_secs")}  # noqa: E731
+    assert sorted(map(strip, again), key=key) == sorted(map(strip, results), key=key)
+
+
+def test_a_query_only_file_reruns_only_the_query_stage(first_run, table_mod, tiny_set, stages):
+    """core/interval.py runs in register/query, not in api.estimate: an edit to it reruns every
+    registry cell's answer stage and no fit (the fit's output is reused by its digest)."""
+    tmp, doc, _ = first_run
+    cache = tmp / "cache"
+    fits, answers = _entries(cache, "fits"), _entries(cache, "answers")
+    assert fits and len(answers) == len(fits)
+    for _, e in fits:
+        assert "core/interval.py" not in _files(e) and "api/querying.py" not in _files(e)
+        assert "api/estimation.py::estimate" in e["deps"] and "api/estimation.py::predict" not in e["deps"]
+    for path, e in answers:
+        assert "core/interval.py" in _files(e)
+        _poison(path, e, "core/interval.py")
+    _run(table_mod, tiny_set, cache, doc)
+    assert sorted(s for s, _, _ in stages) == ["answer"] * len(fits)
+
+
+def test_an_edit_to_the_estimators_file_reruns_its_fit(first_run, table_mod, tiny_set, stages):
+    """core/estimators/evt.py is evt's own file: an edit reruns that cell's fit; the fit gives the
+    same hardness bytes, so the answer is taken from the cache by the hardness digest."""
+    tmp, doc, _ = first_run
+    cache = tmp / "cache"
+    path, entry = _entries(cache, "fits")[0]
+    assert "core/estimators/evt.py" in _files(entry)          # ran in the fit
+    assert "core/estimators/evt_eb.py" not in _files(entry)   # another estimator's own module
+    _poison(path, entry, "core/estimators/evt.py")
+    _run(table_mod, tiny_set, cache, doc)
+    assert [s for s, _, _ in stages] == ["fit"]
+    assert table_mod.still_valid(json.loads(path.read_text())["deps"])       # stored afresh
+    # an edit to a file the curve baselines ran reruns them, not the evt cells
+    stages.clear()
+    for path, e in _entries(cache, "curves"):
+        assert "core/estimators/curves.py" in _files(e) and "core/estimators/evt.py" not in _files(e)
+        _poison(path, e, "core/estimators/curves.py")
+    _run(table_mod, tiny_set, cache, doc)
+    assert sorted(stages) == sorted(("curve", f"draw-{p}pct-{j}.sample_stats.parquet", "naive")
+                                    for p in ("05", "10") for j in (0, 1))
 
 
 def test_an_estimators_own_files_are_imported_by_no_shared_module(table_mod):
@@ -217,3 +279,58 @@ def test_an_estimators_own_files_are_imported_by_no_shared_module(table_mod):
                 if target in owner and rel not in dispatch and owner.get(rel) != owner[target]:
                     bad.append(f"{rel} imports {target} ({owner[target]}'s own file)")
     assert not bad, "\n".join(bad)
+
+
+def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tmp_path, monkeypatch):
+    """stage_deps on a package of its own: the files whose functions ran, the modules whose
+    constants, classes or instances a covered file imports (at module level or lazily while the
+    stage ran, along a chain of re-exports), a module imported whole; not a file whose imported
+    function never ran, nor a module only a function that did not run imports."""
+    pkg = tmp_path / "depspkg"
+    pkg.mkdir()
+    files = {
+        "__init__.py": "",
+        "entry.py": "from depspkg.consts import LIMIT\nfrom depspkg.unused import never\nimport depspkg.whole as whole\n"
+                    "from depspkg import helper\n\n"
+                    "def run():\n    from depspkg.lazy import FACTOR\n    return helper.twice(LIMIT) * FACTOR + whole.X\n\n"
+                    "def other():\n    from depspkg.untouched import Y\n    return Y\n",
+        "consts.py": "from depspkg.base import BASE as LIMIT\n",
+        "base.py": "BASE = 3\n",
+        "lazy.py": "FACTOR = 2\n",
+        "whole.py": "X = 1\n",
+        "helper.py": "def twice(v):\n    return 2 * v\n",
+        "unused.py": "def never():\n    return 0\n",
+        "untouched.py": "Y = 5\n",
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    entry = importlib.import_module("depspkg.entry")
+    with table_mod.traced("depspkg") as trace:
+        assert entry.run() == 13
+    deps = table_mod.stage_deps(trace, None, package="depspkg")
+    assert sorted(table_mod.dep_files(deps)) == ["base.py", "consts.py", "entry.py", "helper.py", "lazy.py", "whole.py"]
+    assert {"entry.py::run", "entry.py::<module>", "helper.py::twice", "base.py::<module>"} <= set(deps)
+    assert "entry.py::other" not in deps                      # did not run
+    # real edits, each checked against the entry, then undone
+    valid = lambda: table_mod.still_valid(deps, root=pkg)     # noqa: E731
+    assert valid()
+    edits = [("entry.py", "    from depspkg.untouched import Y\n    return Y\n", "    return 6\n", True),   # not run
+             ("entry.py", "# nothing\n", "# a comment\n", True),
+             ("helper.py", "return 2 * v", "return v + v  # same value, other code", False),                 # ran
+             ("base.py", "BASE = 3", "BASE = 4", False),                  # a constant at the end of a chain
+             ("lazy.py", "FACTOR = 2", "FACTOR = 2.0", False),            # imported lazily while it ran
+             ("unused.py", "return 0", "return 1", True),                  # its function never ran
+             ("entry.py", "def other():", "def other(z=1):", False)]       # the signature is module-level code
+    (pkg / "entry.py").write_text(files["entry.py"] + "# nothing\n")
+    deps = table_mod.stage_deps(trace, None, package="depspkg")
+    for name, old, new, still in edits:
+        text = (pkg / name).read_text()
+        assert old in text, (name, old)
+        (pkg / name).write_text(text.replace(old, new))
+        os.utime(pkg / name, ns=(1, time.time_ns() + 10**9))       # a new mtime even within one tick
+        assert valid() is still, (name, old, new)
+        (pkg / name).write_text(text)
+        os.utime(pkg / name, ns=(1, time.time_ns() + 2 * 10**9))
+        assert valid()
