@@ -46,6 +46,13 @@ Run (the full table; ``--quick``: 5% only, draw 0, first two scenarios of each s
 
 ``--budget-min M`` stops starting cells after M minutes (the table then lists the cells left out);
 ``--cached-only`` writes the table from the cache without computing anything.
+
+Ledger (``--ledger``, default benchmarks/accuracy_table_cells.jsonl, committed): every cell's
+result with the union of its stages' dependency digests. The cache is one machine's; the ledger
+travels with the repository, so on a fresh clone a cell whose code (and numpy / scipy / pyarrow /
+Python versions) is unchanged is taken from it without its files, and only changed or new cells
+run: the table's compute accumulates across machines. Each run rewrites it (every 10 cells and at
+the end) with the cells it computed or found cached; cells it did not plan are kept.
 """
 
 from __future__ import annotations
@@ -457,9 +464,10 @@ def library_versions() -> dict:
 
 # ---------------------------------------------------------------- the cache
 
-def still_valid(deps: dict, root: Path | None = None) -> bool:
+def still_valid(deps: dict, root: Path | None = None, *, short: bool = False) -> bool:
     """Whether every dependency still has its digest: ``FILE::PART`` the part's
-    (:func:`source_parts`), ``FILE`` the whole file's sha256."""
+    (:func:`source_parts`), ``FILE`` the whole file's sha256 (``short``: the digests recorded as
+    their first :data:`LEDGER_DIGEST` hex digits, as the ledger keeps them)."""
     from rscale.store.hashing import sha256_file
     root = root or _src_root()
     for key, digest in deps.items():
@@ -471,9 +479,13 @@ def still_valid(deps: dict, root: Path | None = None) -> bool:
             got = source_parts(path).get(part) if part else sha256_file(path)
         except SyntaxError:
             return False
-        if got != digest:
+        if (_short(got) != digest) if short else (got != digest):
             return False
     return True
+
+
+def _short(digest: str | None) -> str | None:
+    return None if digest is None else digest.split(":")[-1][:LEDGER_DIGEST]
 
 
 def stage_key(**fields) -> str:
@@ -503,6 +515,68 @@ def cache_store(cache: Path, kind: str, key: str, entry: dict) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- the ledger (committed)
+#
+# The cache lives on one machine; the ledger travels with the repository. It keeps, per cell key,
+# the cell's result and what the cell depended on (the union of its stages' digests, shortened),
+# so a fresh clone takes every cell whose code is unchanged from the ledger instead of recomputing
+# it: the table's compute accumulates across machines and sessions. One JSON record per line,
+# the dependency sets first (shared by many cells, each stored once), then the cells, sorted.
+
+LEDGER_DIGEST = 16          # hex digits kept of each dependency's sha256 (change detection, not trust)
+LEDGER_VOLATILE = ("deps", "computed", "cached", "kept", "sample_secs")
+
+
+def ledger_read(path: Path) -> dict[str, dict]:
+    """cell key -> {"result", "deps" (part -> short digest), "libraries"}; {} if absent."""
+    if not path.is_file():
+        return {}
+    sets, cells = {}, {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            rec = json.loads(line)
+            if "deps_id" in rec:
+                sets[rec["deps_id"]] = rec["deps"]
+            else:
+                cells[rec["cell"]] = rec
+        except (ValueError, KeyError, TypeError):
+            sys.exit(f"{path}:{n}: not a ledger record; restore it with `git checkout -- {path.name}` or delete it")
+    for key, rec in cells.items():
+        if rec.get("deps") not in sets:
+            sys.exit(f"{path}: cell {key} names dependency set {rec.get('deps')!r}, which the file lacks; "
+                     f"restore it with `git checkout -- {path.name}` or delete it")
+        rec["deps"] = sets[rec["deps"]]
+    return cells
+
+
+def ledger_record(result: dict) -> dict:
+    """A computed or cached cell's ledger record (its result without the run's own fields)."""
+    return {"result": {k: v for k, v in result.items() if k not in LEDGER_VOLATILE},
+            "deps": {k: _short(v) for k, v in result["deps"].items()}, "libraries": library_versions()}
+
+
+def ledger_hit(rec: dict | None) -> dict | None:
+    """The ledger's result of a cell if its code and libraries are unchanged, else None."""
+    if rec is None or rec.get("libraries") != library_versions() or not still_valid(rec["deps"], short=True):
+        return None
+    return {**rec["result"], "sample_secs": 0.0, "computed": [], "cached": True}
+
+
+def ledger_write(path: Path, cells: dict[str, dict]) -> None:
+    from rscale.store.atomic import write_text_atomic
+    from rscale.store.hashing import canonical_digest
+    sets, lines = {}, []
+    for key in sorted(cells):
+        rec = cells[key]
+        deps = dict(sorted(rec["deps"].items()))
+        deps_id = canonical_digest(deps).split(":")[-1][:16]
+        sets[deps_id] = deps
+        lines.append(json.dumps({"cell": key, "deps": deps_id, "libraries": rec["libraries"],
+                                 "result": rec["result"]}, sort_keys=True))
+    head = [json.dumps({"deps_id": i, "deps": d}, sort_keys=True) for i, d in sorted(sets.items())]
+    write_text_atomic(path, "\n".join(head + lines) + "\n", durable=False)
+
+
 # ---------------------------------------------------------------- one cell (runs in a worker)
 
 def _sample_key(draw: Draw) -> str:
@@ -518,6 +592,15 @@ def cached_sample(draw: Draw, cache: Path) -> tuple[Path, float] | None:
     if entry is not None and Path(entry["sample"]).is_file():
         return Path(entry["sample"]), entry["truth"]
     return None
+
+
+def sample_deps(draw: Draw, cache: Path) -> dict:
+    """What a draw's sample depended on: nothing for a real set's committed file (its digest is
+    part of the cell key), the simulator code that generated it for a simulated draw."""
+    if draw.sample is not None:
+        return {}
+    entry = cache_lookup(cache, "samples", _sample_key(draw))
+    return {} if entry is None else entry["deps"]
 
 
 def prepared_sample(draw: Draw, cache: Path) -> tuple[Path, float]:
@@ -675,6 +758,15 @@ def _result(draw: Draw, method: str, truth: float, *entries, **secs) -> dict:
             "method": method, "n": draw.n, "truth": truth, **secs, "secs": sum(secs.values()), **answer}
 
 
+def merged_deps(sample: dict, *entries) -> dict:
+    """The union of a cell's dependencies: its sample's and its stages' entries'. All were valid
+    against the same source when merged, so a part recorded twice has one digest."""
+    out = dict(sample)
+    for e in entries:
+        out.update(e["deps"])
+    return out
+
+
 def _valid_fit(cache: Path, sample: Path, method: str):
     fit = cache_lookup(cache, "fits", fit_key(sample, method))
     return fit if fit is not None and ("failed" in fit or Path(fit["dir"]).is_dir()) else None
@@ -692,12 +784,14 @@ def cached_cell(draw: Draw, method: str, cache: Path) -> dict | None:
     sample, truth = got
     if method not in REGISTRY_ESTIMATORS:
         hit = cache_lookup(cache, "curves", curve_key(sample, method, draw.n))
-        return None if hit is None else _result(draw, method, truth, hit, fit_secs=hit["secs"])
+        return None if hit is None else {**_result(draw, method, truth, hit, fit_secs=hit["secs"]),
+                                         "deps": merged_deps(sample_deps(draw, cache), hit)}
     fit = _valid_fit(cache, sample, method)
     ans = None if fit is None else _answer_lookup(cache, sample, method, draw.n, fit)
     if ans is None:
         return None
-    return _result(draw, method, truth, fit, ans, fit_secs=fit["secs"], answer_secs=0.0 if ans is fit else ans["secs"])
+    return {**_result(draw, method, truth, fit, ans, fit_secs=fit["secs"], answer_secs=0.0 if ans is fit else ans["secs"]),
+            "deps": merged_deps(sample_deps(draw, cache), fit, ans)}
 
 
 def run_cell(draw: Draw, method: str, cache: str, keep: str | None = None) -> dict:
@@ -730,6 +824,7 @@ def run_cell(draw: Draw, method: str, cache: str, keep: str | None = None) -> di
                     ans = answer_stage(sample, method, draw.n, fit, cache, Path(tmp))
         result = _result(draw, method, truth, fit, ans, fit_secs=fit["secs"],
                          answer_secs=0.0 if ans is fit else ans["secs"])
+        result["deps"] = merged_deps(sample_deps(draw, cache), fit, ans)
         if keep is not None:
             result["kept"] = str(Path(keep) / cell_key(draw, method))
     else:
@@ -737,7 +832,8 @@ def run_cell(draw: Draw, method: str, cache: str, keep: str | None = None) -> di
         if hit is None:
             computed.append("curve")
             hit = curve_stage(sample, method, draw.n, cache)
-        result = _result(draw, method, truth, hit, fit_secs=hit["secs"])
+        result = {**_result(draw, method, truth, hit, fit_secs=hit["secs"]),
+                  "deps": merged_deps(sample_deps(draw, cache), hit)}
     return {**result, "sample_secs": sample_secs, "computed": computed, "cached": not computed}
 
 
@@ -861,6 +957,8 @@ def main(argv=None):
                     help="one more real set: a folder of the layout of benchmarks/realset/data")
     ap.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/rscale/accuracy_table"))
+    ap.add_argument("--ledger", default=str(HERE / "accuracy_table_cells.jsonl"),
+                    help="the committed record of computed cells, read and updated (default: %(default)s)")
     ap.add_argument("--keep-registries", default=None, metavar="DIR",
                     help="keep each registry cell's hardness file and registry under DIR/<cell key>")
     ap.add_argument("--budget-min", type=float, default=None, help="start no cell after this many minutes")
@@ -885,12 +983,23 @@ def main(argv=None):
     cells.sort(key=lambda c: (ESTIMATOR_ORDER.index(c[1]), c[0].sim is not None,
                               FRACTION_ORDER.get(round(c[0].fraction, 4), 9), sets.index(c[0].set), c[0].draw))
     t0 = time.time()
+    ledger_path = Path(args.ledger)
+    ledger = ledger_read(ledger_path)
+    keys = {(d, m): cell_key(d, m) for d, m in cells}
     results, missing = [], []
     todo = []
+
+    def record(d, m, r):
+        if "deps" in r:
+            ledger[keys[(d, m)]] = ledger_record(r)
+
     for d, m in cells:
         hit = cached_cell(d, m, cache)
         if hit is not None:
             results.append({**hit, "sample_secs": 0.0, "computed": [], "cached": True})
+            record(d, m, hit)
+        elif (hit := ledger_hit(ledger.get(keys[(d, m)]))) is not None:
+            results.append(hit)
         elif args.cached_only:
             missing.append((d, m, "not computed yet"))
         else:
@@ -903,6 +1012,7 @@ def main(argv=None):
                 continue
             results.append(run_cell(d, m, str(cache), args.keep_registries))
             r = results[-1]
+            record(d, m, r)
             print(f"[{time.time() - t0:6.0f}s] {d.label} {m}: ran {'+'.join(r['computed']) or 'nothing'}", file=sys.stderr,
                   flush=True)
     elif todo:
@@ -926,9 +1036,13 @@ def main(argv=None):
                     d, m = pending.pop(fut)
                     r = fut.result()
                     results.append(r)
+                    record(d, m, r)
+                    if len(results) % 10 == 0:           # a run cut short keeps what it computed
+                        ledger_write(ledger_path, ledger)
                     err = "failed" if r.get("value") is None else f"{r['value'] - r['truth']:+.4f}"
                     print(f"[{time.time() - t0:6.0f}s] {d.label} {m}: {err} (ran {'+'.join(r['computed']) or 'nothing'}: "
                           f"{r['secs']:.1f}s)", file=sys.stderr, flush=True)
+    ledger_write(ledger_path, ledger)
     n_computed = sum(bool(r.get("computed")) for r in results)
     seconds = {}
     for r in results:
@@ -938,7 +1052,7 @@ def main(argv=None):
     stamp = (f"Generated by `{cmd.strip()}` at code commit {code_commit()} ({time.strftime('%Y-%m-%d')}, "
              f"{platform.machine()}, Python {platform.python_version()}; {n_computed} cells computed by this "
              f"invocation with {args.workers} workers in {(time.time() - t0) / 60:.1f} min wall, "
-             f"{len(results) - n_computed} from the cache; lineage on: each estimate logged its "
+             f"{len(results) - n_computed} from the cache or the committed ledger; lineage on: each estimate logged its "
              f"MLflow run to the cache's mlruns.db). mAP@{K_METRIC}; simulator sets at N = 1e8 "
              f"({SIM_DRAWS if args.draws is None else args.draws} draw(s) per scenario and fraction), real sets at "
              "their full pool (5 disjoint draws per fraction); error = prediction - exact truth. Intervals: "

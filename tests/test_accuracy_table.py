@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import json
 import os
 import sys
@@ -96,9 +97,13 @@ def _doc(tmp_path):
     return doc
 
 
-def _run(table_mod, tiny_set, cache, doc, estimators="evt,naive", keep=None):
+_FRESH = itertools.count()      # a run not given a ledger gets an empty one: the cache under test alone
+
+
+def _run(table_mod, tiny_set, cache, doc, estimators="evt,naive", keep=None, ledger=None):
     return table_mod.main(["--data", f"tiny={tiny_set}", "--sets", "tiny", "--estimators", estimators,
                            "--workers", "0", "--cache", str(cache), "--doc", str(doc), "--write",
+                           "--ledger", str(ledger or Path(cache).parent / f"ledger-{next(_FRESH)}.jsonl"),
                            *(["--keep-registries", str(keep)] if keep else [])])
 
 
@@ -260,6 +265,45 @@ def test_an_edit_to_the_estimators_file_reruns_its_fit(first_run, table_mod, tin
     _run(table_mod, tiny_set, cache, doc)
     assert sorted(stages) == sorted(("curve", f"draw-{p}pct-{j}.sample_stats.parquet", "naive")
                                     for p in ("05", "10") for j in (0, 1))
+
+
+def test_a_fresh_machine_takes_unchanged_cells_from_the_ledger(table_mod, tiny_set, tmp_path, stages):
+    """The committed ledger carries the cells to a machine without the cache: an empty cache with
+    the ledger computes nothing and gives the same rows; a cell whose recorded code differs from
+    the checkout's (here: evt's own file) reruns, the others still come from the ledger."""
+    ledger, doc = tmp_path / "cells.jsonl", _doc(tmp_path)
+    first = _run(table_mod, tiny_set, tmp_path / "cache1", doc, ledger=ledger)
+    assert sorted({s for s, _, _ in stages}) == ["answer", "curve", "fit"]
+    stages.clear()
+    again = _run(table_mod, tiny_set, tmp_path / "cache2", doc, ledger=ledger)
+    assert stages == [] and not (tmp_path / "cache2" / "fits").exists()
+    key = lambda r: (r["fraction"], r["draw"], r["method"])            # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k not in table_mod.LEDGER_VOLATILE}  # noqa: E731
+    assert sorted(map(strip, again), key=key) == sorted(map(strip, first), key=key)
+    lines = ledger.read_text().splitlines()
+    sets = [json.loads(ln) for ln in lines if '"deps_id"' in ln]
+    assert len(lines) - len(sets) == 8                    # 2 fractions x 2 draws x (evt, naive)
+    for rec in sets:                                       # what an edit to evt.py does to its cells
+        for k in rec["deps"]:
+            if k.startswith("core/estimators/evt.py::"):
+                rec["deps"][k] = "0" * table_mod.LEDGER_DIGEST
+    ledger.write_text("\n".join([json.dumps(r) for r in sets] + [ln for ln in lines if '"deps_id"' not in ln]) + "\n")
+    _run(table_mod, tiny_set, tmp_path / "cache3", doc, ledger=ledger)
+    assert sorted(stages) == sorted((s, f"draw-{p}pct-{j}.sample_stats.parquet", "evt")
+                                    for s in ("fit", "answer") for p in ("05", "10") for j in (0, 1))
+    stages.clear()
+    _run(table_mod, tiny_set, tmp_path / "cache4", doc, ledger=ledger)     # the rerun was recorded
+    assert stages == []
+
+
+def test_a_damaged_ledger_is_one_line_naming_it(table_mod, tmp_path):
+    bad = tmp_path / "cells.jsonl"
+    bad.write_text('{"deps_id": "a", "deps": {}}\nnot json\n')
+    with pytest.raises(SystemExit, match=r"cells.jsonl:2: not a ledger record"):
+        table_mod.ledger_read(bad)
+    bad.write_text('{"cell": "k", "deps": "missing", "libraries": {}, "result": {}}\n')
+    with pytest.raises(SystemExit, match=r"cell k names dependency set 'missing'"):
+        table_mod.ledger_read(bad)
 
 
 def test_an_estimators_own_files_are_imported_by_no_shared_module(table_mod):
