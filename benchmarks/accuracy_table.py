@@ -985,20 +985,20 @@ def main(argv=None):
     t0 = time.time()
     ledger_path = Path(args.ledger)
     ledger = ledger_read(ledger_path)
-    keys = {(d, m): cell_key(d, m) for d, m in cells}
+    keys = {(d.label, m): cell_key(d, m) for d, m in cells}      # a Draw holds dicts: not hashable
     results, missing = [], []
     todo = []
 
     def record(d, m, r):
         if "deps" in r:
-            ledger[keys[(d, m)]] = ledger_record(r)
+            ledger[keys[(d.label, m)]] = ledger_record(r)
 
     for d, m in cells:
         hit = cached_cell(d, m, cache)
         if hit is not None:
             results.append({**hit, "sample_secs": 0.0, "computed": [], "cached": True})
             record(d, m, hit)
-        elif (hit := ledger_hit(ledger.get(keys[(d, m)]))) is not None:
+        elif (hit := ledger_hit(ledger.get(keys[(d.label, m)]))) is not None:
             results.append(hit)
         elif args.cached_only:
             missing.append((d, m, "not computed yet"))

@@ -296,6 +296,17 @@ def test_a_fresh_machine_takes_unchanged_cells_from_the_ledger(table_mod, tiny_s
     assert stages == []
 
 
+def test_simulator_cells_are_planned_and_looked_up(table_mod, tmp_path):
+    """Regression: the ledger's lookup keyed cells by their Draw, which holds the simulator's
+    parameters as dicts (unhashable): every run with a simulator set failed before computing."""
+    doc = _doc(tmp_path)
+    results = table_mod.main(["--sets", "design", "--quick", "--estimators", "evt-eb", "--cached-only",
+                              "--cache", str(tmp_path / "cache"), "--ledger", str(tmp_path / "cells.jsonl"),
+                              "--doc", str(doc), "--write"])
+    assert results == []
+    assert "design: 2 cells each of evt-eb (5%; not computed yet)" in doc.read_text()
+
+
 def test_a_damaged_ledger_is_one_line_naming_it(table_mod, tmp_path):
     bad = tmp_path / "cells.jsonl"
     bad.write_text('{"deps_id": "a", "deps": {}}\nnot json\n')
