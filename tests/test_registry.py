@@ -328,6 +328,27 @@ def test_curve_data_and_plot(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.endswith("c.png")
 
 
+def test_a_curve_on_a_short_top_list_draws_the_points_its_list_allows(tmp_path):
+    """Regression: the nested sub-samples of the measured points (a decoration of the curve) raised
+    when a halving left a query none of its stored top scores, so `rscale curve` refused a version
+    with a short top list (K = 20 of S = 200) altogether."""
+    from rscale import sim
+    from rscale.sim.benchmark import HardnessLaw, SimSpec
+    from rscale.store.sample_stats_file import write_sample_stats
+    bench = sim.simulate(SimSpec(name="short", family="gaussian", n_queries=30,
+                                 hardness=HardnessLaw("loguniform", 1.0, 1e-6, 1e-1, immune=0.05)), seed=3)
+    ss = sim.sample(bench, 200, k=20, seed=1)
+    write_sample_stats(ss, tmp_path / "s.parquet")
+    api.estimate(tmp_path / "s.parquet", "count", out=tmp_path / "h.parquet")
+    api.register(tmp_path / "h.parquet", tmp_path / "s.parquet", registry=tmp_path / "reg", backbone="short",
+                 benchmark="x")
+    (series,) = api.curve("mAP@100 for short using count", registry=tmp_path / "reg", points=5,
+                          bootstrap=20)["series"]
+    sizes = [n for n, _ in series["sampled"]]
+    assert 2 <= len(sizes) < 4 and sizes[-1] == 200.0     # S and the halvings the list allowed, not three
+    assert len(series["value"]) == len(series["N"]) == 5
+
+
 def test_failed_registration_leaves_no_damage_only_collectable_orphans(tmp_path, monkeypatch):
     from rscale.store.catalog import Catalog
 

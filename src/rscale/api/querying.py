@@ -219,7 +219,8 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
     The band is the interval ``rscale query`` reports at each N (:func:`reported_intervals`, the
     same bootstrap and seed). The sampled points are exact measurements: the realised metric of
     the sample itself (N = S, plug-in on c / S) and, when the version has its sample stats, of
-    nested sub-samples S/2..S/8. Without ``n_range`` the curve runs from 1e5, or from the power of
+    nested sub-samples S/2..S/8, as far as each query's stored top list allows (a halving that
+    would leave a query none of its top scores ends them; the band does not depend on them). Without ``n_range`` the curve runs from 1e5, or from the power of
     ten at or below the smallest measured point, to 1e9 (or 10x the largest sample).
     """
     from rscale.core import law as law_
@@ -264,7 +265,10 @@ def curve(text: str, n_range: str | None = None, *, points: int = 25, registry=N
         cur = reg.read_sample(v)          # digest-checked; a version's missing sample is an error
         if cur is not None:
             for i in range(3):
-                cur = subsample(cur, 0.5, seed=seed + i)
+                try:
+                    cur = subsample(cur, 0.5, seed=seed + i)
+                except InvalidArgumentError:      # the top list runs out: the points end at the last halving it allows
+                    break
                 size = float(cur.n_sampled.mean())
                 hards.append((size, law_.Hardness.from_flat(cur.pos_counts / cur.n_sampled[cur.positive_query()],
                                                             cur.pos_offsets)))
