@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rscale.core import ragged
-from rscale.core.law import _CHUNK_TERMS, _WINDOW_SD, _binomial_window_sum, _within, check_k, check_n, log_choose
+from rscale.core.law import _binomial_window_sum, _window_sums, _within, check_k, check_n, log_choose
 from rscale.errors import InvalidArgumentError
 
 METRICS = ("AP", "R", "Recall", "RR")
@@ -262,51 +262,6 @@ class _Stack:
                    levels)
 
 
-def _window_sums_one_n(x, j, n: int, m_max, precision: bool, log_binom) -> np.ndarray:
-    """:func:`rscale.core.law._binomial_window_sum` for trials ``n`` shared by every element, with
-    the log binomial coefficients ``log_binom[m]`` (m = 0..n, :func:`rscale.core.law.log_choose`) computed once
-    and each element's logs once, not per term: the same windows (+-10 sd, +10 counts) and terms.
-    Every element is one Binomial, so its sum is complete in one row of a block."""
-    x = np.asarray(x, dtype=np.float64)
-    j = np.asarray(j, dtype=np.float64)
-    m_max = np.minimum(np.asarray(m_max, dtype=np.float64), n)
-    out = np.zeros(x.shape, dtype=np.float64)
-    valid = m_max >= 0
-    out[valid & (x <= 0)] = 1.0
-    one = valid & (x >= 1) & (m_max >= n)
-    out[one] = (j[one] / (j[one] + n)) if precision else 1.0
-    mid = np.flatnonzero(valid & (x > 0) & (x < 1))
-    if mid.size == 0:
-        return out
-    xm = x[mid]
-    mu = n * xm
-    sd = np.sqrt(mu * (1.0 - xm))
-    lo = np.maximum(0.0, np.floor(mu - _WINDOW_SD * sd - _WINDOW_SD))
-    hi = np.minimum(m_max[mid], np.ceil(mu + _WINDOW_SD * sd + _WINDOW_SD))
-    keep = hi >= lo
-    mid, lo, hi = mid[keep], lo[keep].astype(np.int64), hi[keep].astype(np.int64)
-    if mid.size == 0:
-        return out
-    logx, log1mx = np.log(x[mid]), np.log1p(-x[mid])
-    lengths = hi - lo + 1
-    # Windows of similar length (within 25%) padded into one (rows, L) block: no per-term index
-    # arrays, at most 25% padding; blocks of at most _CHUNK_TERMS terms.
-    key = np.ceil(np.log(lengths) / np.log(1.25)).astype(np.int64)
-    order = np.argsort(key, kind="stable")
-    for group in np.split(order, np.flatnonzero(np.diff(key[order])) + 1):
-        width = int(lengths[group].max())
-        for part in np.array_split(group, -(-group.size * width // _CHUNK_TERMS)):
-            mi = np.minimum(lo[part][:, None] + np.arange(width)[None, :], n)
-            m = mi.astype(np.float64)
-            terms = np.exp(log_binom[mi] + m * logx[part][:, None] + (n - m) * log1mx[part][:, None])
-            if precision:
-                jj = j[mid[part]][:, None]
-                terms *= jj / (jj + m)
-            out[mid[part]] = np.where(lo[part][:, None] + np.arange(width)[None, :] <= hi[part][:, None],
-                                      terms, 0.0).sum(axis=1)
-    return out
-
-
 def _expected_all(h, metric, n, k, depth, nodes):
     """:func:`_expected_stack` of one table."""
     return _expected_stack(_Stack.build([h]), metric, n, k, depth, nodes)
@@ -384,12 +339,12 @@ def _level_values(h, lv, idx, qs, w, metric, k, m, log_binom) -> np.ndarray:
     pts = w.shape[1]
     if metric in ("R", "RR"):
         rho = _rho_rows(h.grid, h.joint[lv.best[idx]], qs, w, h.end, h.top)              # (slices, points)
-        return _window_sums_one_n(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR",
-                                  log_binom).reshape(rho.shape)
+        return _window_sums(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR",
+                            log_binom).reshape(rho.shape)
     l = lv.l
     rho = _rho_rows(h.grid, h.joint[lv.rows[idx].ravel()], qs.repeat(l), w.repeat(l, axis=0), h.end, h.top)
     j = np.repeat(lv.jp[idx].reshape(-1, 1), pts, axis=1)                                # (slices * l, points)
-    v = _window_sums_one_n(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_binom)
+    v = _window_sums(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_binom)
     norm = np.minimum(k, h.sizes[qs]) if metric == "AP" else h.sizes[qs]
     return v.reshape(-1, l, pts).sum(axis=1) / norm[:, None]
 
