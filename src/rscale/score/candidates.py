@@ -5,9 +5,12 @@ The scoring engine keeps only scores (the top-K and the positives' counts). With
 (score, position) pairs, where the position is the distractor's row in its descriptor set (shard
 offset + row in the shard), so partials of different shards name distinct rows.
 
-Order: score descending, then position ascending. That is a total order, so "the R best" is one
-set whatever the chunking, the shard split or the merge order (tested against a full sort); a
-tie at the R-th score keeps the earlier row.
+Order: score descending, then position ascending. That is a total order, so "the R best" of the
+scores computed is one set whatever the chunking, the shard split or the merge order (tested
+against a full sort of the same chunks' scores); a tie at the R-th score keeps the earlier row.
+The scores themselves are BLAS's: their last bit can depend on the GEMM's shape and the CPU, so
+two chunkings of one set may differ where two scores are within an ulp (two copies of a vector
+in different chunks need not tie).
 
 Per chunk only scores at or above the row's running R-th best survive a vectorised comparison;
 while that threshold is still low (the first chunks) the chunk's own R-th best (one partition)
