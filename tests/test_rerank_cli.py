@@ -4,6 +4,7 @@ tests/test_bad_input.py."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ def base(tmp_path_factory):
     save_owlv2(root / "owl")
     save_owlv2(root / "owl_b", seed=1)
     save_vit(root / "vit")
+    save_vit(root / "vit_b", seed=1)
     rng = np.random.default_rng(5)
     gal, qdir = root / "gallery", root / "qimages"
     gal.mkdir()
@@ -46,6 +48,8 @@ def base(tmp_path_factory):
                       role="queries", progress=False, lineage=False)
     gset = ex.extract([(p.stem, p, None) for p in sorted(gal.glob("*.png"))], root / "vit", root / "gset",
                       role="positives", progress=False, lineage=False)
+    ex.extract([(p.stem, p, None) for p in sorted(qdir.glob("*.png"))], root / "vit_b", root / "queries_b",
+               role="queries", progress=False, lineage=False)
     shutil.rmtree(qdir)
     gids, gvec = next(gset.shards())
     shutil.rmtree(root / "gset")
@@ -155,6 +159,17 @@ def _foreign_cache(w):
     shutil.rmtree(w / "first")
 
 
+def _foreign_backbone_cache(w):
+    """A valid run of another backbone (its own query set, the same detector) fills ./cache first."""
+    assert main(argv(**{"--queries": "queries_b", "--backbone": "vit_b", "-o": "first"})) == 0
+    shutil.rmtree(w / "first")
+
+
+def _backbone_digests():
+    from rscale.producers.lineage import weights_digest
+    return weights_digest(Path("vit_b"))[:19], weights_digest(Path("vit"))[:19]
+
+
 ROWS = [
     ("no-detector-folder", argv(**{"--detector": "nowhere"}), None, ["nowhere", "does not exist"]),
     ("detector-without-weights", argv(), _drop_weights, ["no weights file", "detector folder", "owl"]),
@@ -162,6 +177,8 @@ ROWS = [
     ("unknown-gallery-id", argv(), _ghost_gallery_id, ["cand.parquet", "gallery_id", "'ghost'"]),
     ("image-fails-to-decode", argv(), _broken_image, ["d3.png", "cannot read image"]),
     ("cache-of-another-detector", argv(), _foreign_cache, ["region cache was made with detector", "never mixed"]),
+    ("cache-of-another-backbone", argv(), _foreign_backbone_cache,
+     ["region cache was made with detector", "never mixed", _backbone_digests]),
     ("k-beyond-the-lists", argv(**{"--k": "11"}), None, ["K'=11", "first-stage list", "k <= 10"]),
     ("k-zero", argv(**{"--k": "0"}), None, ["k must be a whole number >= 1", "0"]),
     ("unknown-config-key", argv(**{"--config": "bad.yaml"}), lambda w: _write(w / "bad.yaml", "rerank:\n  boxes: 3\n"),
@@ -187,6 +204,11 @@ def test_bad_input_is_one_line_exit_2_nothing_written(work, capsys, monkeypatch,
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for fragment in fragments:
+        if callable(fragment):                   # the cache's backbone, then this run's, in that order
+            made, uses = fragment()
+            assert f"backbone {made}" in lines[0].split("this run uses")[0], lines[0]
+            assert f"backbone {uses}" in lines[0].split("this run uses")[1], lines[0]
+            continue
         assert fragment in lines[0], f"{fragment!r} not in: {lines[0]}"
     after = tree(work)
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
