@@ -94,6 +94,9 @@ def project(tmp_path):
     params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit")}
     assert params["rerank_backbones"] == {}
     params["rerank_backbones"] = {"tiny": dict(RERANK)}
+    # params.yaml's rerank: section holds the reranker's defaults; a group's own keys win over it
+    assert params["rerank"]["max_boxes"] == 10 and params["rerank"]["nms_iou"] == 0.5
+    params["rerank"]["nms_iou"] = 0.4
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = stage_env(tmp_path)
     init_dvc_project(tmp_path, env)
@@ -163,6 +166,9 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     np.testing.assert_array_equal(rr.top_scores, ss.top_scores)
     # the whole image is a region: no rerank score is below its first-stage score (fp16 regions)
     assert np.all(rr.pos_rerank >= rr.pos_scores - 2e-3) and np.all(rr.top_rerank >= rr.top_scores[:, :25] - 2e-3)
+    # its regions were made with the rerank: section's nms_iou and the group's max_boxes (the cache identity)
+    identity = json.loads((path / "out" / "region_cache" / "tiny" / "cache.json").read_text())["identity"]
+    assert identity["proposals"] == {"max_boxes": 2, "nms_iou": 0.4, "min_objectness": 0.0, "min_side": 8.0}
     qids, gids, scores, _ = read_candidates(path / "out" / "rerank" / "tiny" / "sample.candidates.parquet", 25)
     from rscale.score.sampling import in_sample
     assert in_sample(np.unique(gids), 0.5, 0).all() and np.all(np.char.startswith(gids.astype(str), "d"))
@@ -198,6 +204,13 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     params["real_backbones"]["tiny"]["images"]["distractors"] = "data/distractors.txt"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny"}
+    params = yaml.safe_load(original)
+    params["rerank"]["k"] = 50                     # rscale rerank's K': no stage reads it
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert "up to date" in run(dvc + ["status"], path, env)
+    params["rerank"]["min_side"] = 4.0             # a default real_rerank reads
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
     params = yaml.safe_load(original)
     params["rerank_backbones"]["tiny"]["max_boxes"] = 3
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))

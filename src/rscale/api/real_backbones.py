@@ -25,7 +25,8 @@ the queries are written by separate stages, so an intervention ablation re-extra
 queries. ``rerank_backbones.<name>``: the OWLv2 checkpoint folder, ``candidates`` R (each
 query's top R sampled distractors kept by id and rescored by the reranker, with the positives),
 the region cache (default ``out/region_cache/<name>``) and the reranker's settings
-(``rscale.api.rerank``'s keys); ``real_rerank`` scores the entry's sample again keeping the
+(``rscale.api.rerank``'s keys, each overriding params.yaml's ``rerank:`` section, which overrides
+the defaults); ``real_rerank`` scores the entry's sample again keeping the
 candidates (``out/rerank/<name>/``: the same sample, scores and counts, and the candidate
 lists) and writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2), which
 ``real_register_reranked`` registers as the entry's next version (with its reranked input).
@@ -219,6 +220,17 @@ def load_rerank_group(config, name: str) -> tuple[RealBackbone, dict]:
     return entry, {**rr, "detector": path(rr["detector"]), "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
 
 
+def rerank_group_settings(config, rr: dict) -> dict:
+    """The reranker's settings for one ``rerank_backbones`` group ``rr``: the defaults, then the
+    params file's ``rerank:`` section (when it has one), then the group's own keys."""
+    from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
+    from rscale.api.config import load_config
+
+    section = config if "rerank" in load_config(config) else None
+    return api.rerank_settings(section, **{k: rr.get(k) for k in _RERANK_KEYS if k not in ("detector", "candidates",
+                                                                                        "cache")})
+
+
 def _sides(entry: RealBackbone):
     """(queries, positives, qrels) of the entry's images: item triples and (query_id, positive_id) pairs."""
     from rscale.producers.extract import ilias_layout, image_items
@@ -313,7 +325,7 @@ def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> di
         if not p.exists():
             raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
                               hint="run the stages before real_rerank (dvc repro real_rerank@" + name + ")")
-    s = api.rerank_settings(**{k: rr.get(k) for k in proposal_keys + ("first_stage_weight", "batch_size", "shard_size")})
+    s = rerank_group_settings(config, rr)
     _, positives, _ = _sides(entry)
     sample = base / "out" / "rerank" / name / "sample.parquet"
     sample.parent.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,13 @@ from rscale.errors import InvalidArgumentError
 
 PROPOSAL_KEYS = ("max_boxes", "nms_iou", "min_objectness", "min_side", "resolution")
 CONFIG_KEYS = PROPOSAL_KEYS + ("k", "first_stage_weight", "batch_size", "shard_size")
+FLOAT_KEYS = ("nms_iou", "min_objectness", "min_side", "first_stage_weight")
 
 
 def rerank_settings(config=None, **overrides) -> dict:
     """The reranker's settings: defaults, then the ``rerank:`` section of ``config`` (a
-    params.yaml-style file), then the ``overrides`` that are not None. Unknown keys are refused."""
+    params.yaml-style file; refused when it has none), then the ``overrides`` that are not None.
+    Unknown keys and out-of-range values are refused; real-valued settings come back as floats."""
     from rscale.api.config import load_config
     from rscale.producers.rerank import ProposalParams
 
@@ -35,14 +37,24 @@ def rerank_settings(config=None, **overrides) -> dict:
         settings.update(section)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name in ("k", "batch_size", "shard_size"):
-        if not isinstance(settings[name], int) or settings[name] < 1:
+        if isinstance(settings[name], bool) or not isinstance(settings[name], int) or settings[name] < 1:
             raise InvalidArgumentError(f"rerank {name} must be a whole number >= 1, got {settings[name]!r}")
-    if not isinstance(settings["max_boxes"], int) or settings["max_boxes"] < 0:
+    if isinstance(settings["max_boxes"], bool) or not isinstance(settings["max_boxes"], int) or settings["max_boxes"] < 0:
         raise InvalidArgumentError(f"rerank max_boxes must be a whole number >= 0, got {settings['max_boxes']!r}")
-    if not 0.0 <= float(settings["nms_iou"]) <= 1.0:
-        raise InvalidArgumentError(f"rerank nms_iou must lie in [0, 1], got {settings['nms_iou']!r}")
-    if not 0.0 <= float(settings["first_stage_weight"]) <= 1.0:
-        raise InvalidArgumentError(f"rerank first_stage_weight must lie in [0, 1], got {settings['first_stage_weight']!r}")
+    res = settings["resolution"]
+    if res is not None and (isinstance(res, bool) or not isinstance(res, int) or res < 1):
+        raise InvalidArgumentError(f"rerank resolution must be a whole number >= 1 or null (the detector's own), "
+                                   f"got {res!r}")
+    # real numbers, as floats: `min_side: 8` in a params file and the default 8.0 must give the same
+    # region cache identity (its digest is over the JSON of the settings, where 8 and 8.0 differ)
+    for name in FLOAT_KEYS:
+        v = settings[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgumentError(f"rerank {name} must be a number, got {v!r}")
+        settings[name] = float(v)
+    for name in ("nms_iou", "first_stage_weight"):
+        if not 0.0 <= settings[name] <= 1.0:
+            raise InvalidArgumentError(f"rerank {name} must lie in [0, 1], got {settings[name]!r}")
     return settings
 
 
