@@ -383,7 +383,7 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     import pyarrow as pa
 
     from rscale.producers.lineage import digest_file, producer_run
-    from rscale.store.run_sidecar import write_run_sidecar
+    from rscale.store.run_sidecar import read_run_id, write_run_sidecar
     from rscale.store.descriptor_set import DescriptorSet
 
     core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
@@ -451,11 +451,15 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                   "detector": det.digest, "backbone": backbone_digest, "region_cache": cache.digest}
         if qrels is not None:
             inputs["qrels"] = digest_file(qrels)
+        first_stage_run = read_run_id(candidates)          # `rscale score --candidates` leaves one
+        if first_stage_run:
+            inputs["first_stage_run"] = first_stage_run
         run_params = {"k": k, "first_stage_weight": first_stage_weight, "pooling": pooling,
                       "resolution": bb.resolution, "detector_resolution": det.resolution, **asdict(params)}
         with producer_run("rerank", run_params, inputs, enabled=lineage) as run:
             manifest = {"format": OUTPUT_FORMAT, "version": OUTPUT_VERSION, "params": run_params, "inputs": inputs,
-                        "files": {f: digest_file(tmp / f) for f in files}, "summary": summary}
+                        "files": {f: digest_file(tmp / f) for f in files}, "summary": summary,
+                        "backbone": qset.manifest.get("backbone")}
             (tmp / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
             for f in files:
                 run.output(f, manifest["files"][f])
