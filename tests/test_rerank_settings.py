@@ -54,7 +54,7 @@ def test_bad_values_are_one_line_errors(override, message):
 
 
 def _params(tmp_path, rerank=None, group=None):
-    cfg = {"rerank_backbones": {"b": {"detector": "owl", "candidates": 5, **(group or {})}}}
+    cfg = {"rerank_backbones": {"b": {"detector": "owl", **(group or {})}}}
     if rerank is not None:
         cfg["rerank"] = rerank
     path = tmp_path / "params.yaml"
