@@ -34,6 +34,9 @@ def test_an_integer_in_a_params_file_gives_the_same_region_cache_identity():
     from_file = api.rerank_settings(min_side=8, nms_iou=1, min_objectness=0, first_stage_weight=0)
     assert identity(from_file) == identity(api.rerank_settings(nms_iou=1.0))
     assert identity(api.rerank_settings(min_side=8)) == identity(api.rerank_settings())
+    # and the producer's own value: ProposalParams(min_side=4) from Python is the settings' 4.0
+    assert canonical_json(asdict(ProposalParams(min_side=4, nms_iou=1))) == identity(
+        api.rerank_settings(min_side=4, nms_iou=1))
     assert all(isinstance(from_file[k], float) for k in ("min_side", "nms_iou", "min_objectness", "first_stage_weight"))
 
 

@@ -59,6 +59,15 @@ class ProposalParams:
     min_side: float = 8.0
     resolution: int | None = None
 
+    def __post_init__(self):
+        # the real-valued settings as floats: they enter the region cache's identity digest (JSON,
+        # where 4 and 4.0 differ), so ProposalParams(min_side=4) and a file's `min_side: 4.0` (or
+        # rscale.api.rerank_settings, which reads reals as floats) must be one cache
+        for name in ("nms_iou", "min_objectness", "min_side"):
+            v = getattr(self, name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, name, float(v))
+
 
 @dataclass
 class Detector:
