@@ -65,15 +65,16 @@ def images(root, instances=10, positives=3, distractors=120, seed=0):
         draw(root / "distractors" / f"d{d:03d}.png", rng.integers(0, 256, 3), rng, noise=60)
 
 
-def entry(root, model, **queries):
+def entry(root, model, candidates=None, **queries):
     return {"backbone": {"model": str(model), "pooling": "cls", "preprocessing": "resize", "resolution": 32,
                          "batch_size": 16},
             "images": {"layout": "ilias", "root": f"{root}/ilias", "distractors": f"{root}/distractors"},
             "queries": {"intervention": "none", "crop": False, **queries},
-            "score": {"fraction": 0.5, "k": 40, "seed": 0}}
+            "score": {"fraction": 0.5, "k": 40, "seed": 0, **({"candidates": candidates} if candidates else {})}}
 
 
-RERANK = {"detector": "ckpt/tiny_owl", "candidates": 25, "max_boxes": 2}
+RERANK = {"detector": "ckpt/tiny_owl", "max_boxes": 2}
+CANDIDATES = 25            # real_backbones.<name>.score.candidates of the reranked entry
 
 
 @pytest.fixture()
@@ -91,9 +92,12 @@ def project(tmp_path):
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     assert params["real_backbones"] == {}          # the committed default keeps `make demo` short
     params["estimate"]["evt"]["k_top"] = 40
-    params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit")}
+    params["real_backbones"] = {"tiny": entry("data", "ckpt/tiny_vit", candidates=CANDIDATES)}
     assert params["rerank_backbones"] == {}
     params["rerank_backbones"] = {"tiny": dict(RERANK)}
+    # params.yaml's rerank: section holds the reranker's defaults; a group's own keys win over it
+    assert params["rerank"]["max_boxes"] == 10 and params["rerank"]["nms_iou"] == 0.5
+    params["rerank"]["nms_iou"] = 0.4
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = stage_env(tmp_path)
     init_dvc_project(tmp_path, env)
@@ -146,24 +150,27 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     assert got == truth and set(ss.n_sampled.tolist()) == {s} and 30 < s < 90
     assert ss.meta["backbone"] == "tiny" and ss.meta["distractor_source"] == "data/distractors"
     assert "tiny" in (path / "out" / "report.md").read_text()
-    # the reranked sample: each query's top 25 sampled candidates (kept by id by real_rerank's own
-    # scoring, the same sample stats as real_score's) and its positives rescored by the crop
-    # reranker, in sample stats schema 2 next to the first stage's
+    # the reranked sample: each query's top 25 sampled candidates (kept by id by real_score as it
+    # scored: the sample is scored once) and its positives rescored by the crop reranker, in sample
+    # stats schema 2 next to the first stage's
     from rscale.store.candidate_lists import read_candidates
-    again = read_sample_stats(path / "out" / "rerank" / "tiny" / "sample.parquet")
-    # both record the halves by distractor id (real_score --halves), so two entries scored on these
+    assert not (path / "out" / "rerank").exists()                 # no second scoring pass
+    assert ss.meta["candidates"] == str(CANDIDATES)
+    # the halves are recorded by distractor id (score --halves), so two entries scored on these
     # images pair in 'for A vs B', and the reranked input's halves are the hardness replicates'
     assert ss.has_halves and ss.meta["sample_ids"].startswith("n=")
-    for field in ("query_ids", "pos_ids", "pos_offsets", "pos_scores", "pos_counts", "top_scores", "n_sampled",
-                  "top_halves", "pos_halves", "n_halves"):
-        np.testing.assert_array_equal(getattr(again, field), getattr(ss, field), err_msg=field)
     rr = read_sample_stats(path / "out" / "sample_stats" / "tiny.reranked.parquet")
     assert rr.schema_version == 3 and rr.top_rerank.shape == (10, 25) and rr.pos_rerank.shape == (30,)
     assert np.array_equal(rr.top_halves, ss.top_halves)
     np.testing.assert_array_equal(rr.top_scores, ss.top_scores)
     # the whole image is a region: no rerank score is below its first-stage score (fp16 regions)
     assert np.all(rr.pos_rerank >= rr.pos_scores - 2e-3) and np.all(rr.top_rerank >= rr.top_scores[:, :25] - 2e-3)
-    qids, gids, scores, _ = read_candidates(path / "out" / "rerank" / "tiny" / "sample.candidates.parquet", 25)
+    # its regions were made with the rerank: section's nms_iou and the group's max_boxes (the cache identity)
+    identity = json.loads((path / "out" / "region_cache" / "tiny" / "cache.json").read_text())["identity"]
+    assert identity["proposals"] == {"max_boxes": 2, "nms_iou": 0.4, "min_objectness": 0.0, "min_side": 8.0}
+    qids, gids, scores, _ = read_candidates(path / "out" / "sample_stats" / "tiny.candidates.parquet", 25)
+    row = {q: i for i, q in enumerate(ss.query_ids)}
+    np.testing.assert_allclose(scores, ss.top_scores[[row[q] for q in qids], :25], atol=1e-7)
     from rscale.score.sampling import in_sample
     assert in_sample(np.unique(gids), 0.5, 0).all() and np.all(np.char.startswith(gids.astype(str), "d"))
     predicted = json.loads(run(rscale + ["predict-rerank", "out/sample_stats/tiny.reranked.parquet", "--n", "120",
@@ -188,7 +195,7 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     assert "up to date" in run(dvc + ["status"], path, env)
     params["real_backbones"]["tiny"]["score"]["fraction"] = 0.25
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny", "real_rerank@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny"}     # real_rerank: once its input changes
     params["real_backbones"]["tiny"]["score"]["fraction"] = 0.5
     params["real_backbones"]["tiny"]["queries"]["intervention"] = "gp"
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -199,12 +206,20 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {"real_gallery@tiny"}
     params = yaml.safe_load(original)
+    params["rerank"]["k"] = 50                     # rscale rerank's K': no stage reads it
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert "up to date" in run(dvc + ["status"], path, env)
+    params["rerank"]["min_side"] = 4.0             # a default real_rerank reads
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
+    params = yaml.safe_load(original)
     params["rerank_backbones"]["tiny"]["max_boxes"] = 3
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
     assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
-    params["rerank_backbones"]["tiny"]["candidates"] = 20
+    params = yaml.safe_load(original)
+    params["real_backbones"]["tiny"]["score"]["candidates"] = 20      # kept by the scoring itself now
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed(run(dvc + ["status"], path, env)) == {"real_rerank@tiny"}
+    assert changed(run(dvc + ["status"], path, env)) == {"real_score@tiny"}
     params_file.write_text(original)
     # and the code a stage runs is one of its dependencies
     code = path / "src" / "rscale" / "producers" / "interventions.py"
@@ -239,6 +254,8 @@ def test_one_entry_and_dvc_repro_registers_a_real_backbone_and_exp_run_ablates_i
     run(dvc + ["repro"], path, env)
     assert "up to date" in run(dvc + ["status"], path, env)
     assert not (path / "out" / "sample_stats" / "tiny_lists.reranked.parquet").exists()
+    import pyarrow.parquet as pq
+    assert pq.read_metadata(path / "out" / "sample_stats" / "tiny_lists.candidates.parquet").num_rows == 0
     plain = json.loads(run(rscale + ["query", "mAP@20 at N=120 for tiny_lists", "-r", "registry", "--format",
                                      "json"], path, env))
     assert 0 <= plain["rows"][0]["value"] <= 1
@@ -277,7 +294,7 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
     cfg = tmp_path / "params.yaml"
 
     def write(**overrides):
-        e, rr = entry("data", "ckpt"), dict(RERANK)
+        e, rr = entry("data", "ckpt", candidates=CANDIDATES), dict(RERANK)
         for dotted, value in overrides.items():
             group, key = dotted.split("__")
             (rr if group == "rerank" else e[group])[key] = value
@@ -306,8 +323,12 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
     got, rr = load_rerank_group(cfg, "b")
     assert got.name == "b" and rr["detector"] == tmp_path / "ckpt" / "tiny_owl" and rr["candidates"] == 25
     assert rr["cache"] == tmp_path / "out" / "region_cache" / "b"
-    for override, message in ((dict(rerank__candidates=41), r"rerank_backbones.b.candidates must be a whole number in "
-                                                             r"\[1, score.k=40\]"),
+    for override, message in ((dict(score__candidates=41), r"real_backbones.b.score.candidates must be a whole "
+                                                            r"number in \[0, score.k=40\]"),
+                              (dict(score__candidates=0), r"rerank_backbones.b reranks each query's top "
+                                                          r"real_backbones.b.score.candidates"),
+                              (dict(rerank__candidates=25), r"rerank_backbones.b.candidates moved to "
+                                                            r"real_backbones.b.score.candidates"),
                               (dict(rerank__detector=None), "rerank_backbones.b: give detector"),
                               (dict(rerank__boxes=3), r"rerank_backbones.b: unknown key\(s\) \['boxes'\]")):
         write(**override)
@@ -336,6 +357,10 @@ def test_entry_mistakes_are_one_line_errors(tmp_path):
     # reranking before the entry was extracted: one line naming the missing descriptor sets, nothing written
     rc = main(["rerank-backbone", "b", "--config", str(cfg), "-o", str(tmp_path / "rr.parquet")])
     assert rc == 2 and not (tmp_path / "rr.parquet").exists()
+    # and so is scoring it (score-backbone, the stage real_score), and scoring an entry that is not there
+    for name in ("b", "c"):
+        rc = main(["score-backbone", name, "--config", str(cfg), "-o", str(tmp_path / "ss.parquet")])
+        assert rc == 2 and not list(tmp_path.glob("ss*"))
 
 
 def test_scored_backbone_names_the_query_intervention():
@@ -364,7 +389,7 @@ def test_the_commented_example_in_params_yaml_is_a_valid_entry(tmp_path):
     got = load_real_backbone(tmp_path / "params.yaml", name)
     assert (got.name, got.pooling, got.layout, got.fraction) == ("mobilenet_v2_photos", "pooled", "ilias", 0.5)
     from rscale.api.real_backbones import load_rerank_group
-    assert load_rerank_group(tmp_path / "params.yaml", name)[1]["candidates"] == 32
+    assert got.candidates == 32 and load_rerank_group(tmp_path / "params.yaml", name)[1]["candidates"] == 32
     assert got.root == tmp_path / "out" / "examples" / "photos" / "instances"
 
 

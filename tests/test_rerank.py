@@ -46,7 +46,7 @@ def save_vit(path, seed=0):
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {"owl": save_owlv2(root / "owl"), "owl_b": save_owlv2(root / "owl_b", seed=1),
-            "vit": save_vit(root / "vit")}
+            "vit": save_vit(root / "vit"), "vit_b": save_vit(root / "vit_b", seed=1)}
 
 
 def test_max_region_scores_torch_matches_numpy():
@@ -172,7 +172,8 @@ def scene(tmp_path, models):
                              "score": s[order], "rank": np.arange(1, len(order) + 1)}), tmp_path / "cand.parquet")
     pq.write_table(pa.table({"query_id": ["q0"], "positive_id": ["pos"]}), tmp_path / "qrels.parquet")
     first_rank = int(np.flatnonzero(gids[order] == "pos")[0]) + 1
-    return {"root": tmp_path, "gallery": gal, "boxes": boxes, "first_rank_of_pos": first_rank}
+    return {"root": tmp_path, "gallery": gal, "boxes": boxes, "first_rank_of_pos": first_rank,
+            "query_image": qdir / "q0.png"}
 
 
 def run(scene, models, **kw):
@@ -337,6 +338,19 @@ def _foreign_cache(scene, models, tmp):
     return {}
 
 
+def _foreign_backbone_cache(scene, models, tmp):
+    """The cache was filled by a run of another backbone (with its own query set, so that run is
+    valid), same detector: this run's backbone differs from the cache's."""
+    import shutil
+    r = scene["root"]
+    ex.extract([("q0", scene["query_image"], None)], models["vit_b"], tmp / "queries_b", role="queries",
+               progress=False, lineage=False)
+    prr.rerank(tmp / "queries_b", r / "cand.parquet", scene["gallery"], models["owl"], models["vit_b"], r / "cache",
+               tmp / "other_out", k=8, progress=False, lineage=False)
+    shutil.rmtree(tmp / "other_out")
+    return {}
+
+
 def _k_too_large(scene, models, tmp):
     return {"k": 9}
 
@@ -391,6 +405,9 @@ def _queries_of_another_backbone(scene, models, tmp):
     (_bad_image, FormatError, "d3.png.*cannot read image"),
     (_foreign_cache, FormatError, "region cache was made with detector .* never mixed"),
     (_foreign_shard, FormatError, "shard identity .* differs"),
+    # the same detector digest on both sides, another backbone digest: refused for the backbone
+    (_foreign_backbone_cache, FormatError, r"region cache was made with detector ([^,]+), backbone ([^,]+), .*; "
+                                           r"this run uses detector \1, backbone (?!\2)[^,]+, .*never mixed"),
     (_k_too_large, InvalidArgumentError, "K'=9 is larger than the first-stage list of query 'q0' \\(8 candidates"),
 ])
 def test_bad_input_is_refused_and_nothing_is_written(scene, models, tmp_path, case, error, message):

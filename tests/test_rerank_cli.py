@@ -4,6 +4,7 @@ tests/test_bad_input.py."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ def base(tmp_path_factory):
     save_owlv2(root / "owl")
     save_owlv2(root / "owl_b", seed=1)
     save_vit(root / "vit")
+    save_vit(root / "vit_b", seed=1)
     rng = np.random.default_rng(5)
     gal, qdir = root / "gallery", root / "qimages"
     gal.mkdir()
@@ -46,6 +48,8 @@ def base(tmp_path_factory):
                       role="queries", progress=False, lineage=False)
     gset = ex.extract([(p.stem, p, None) for p in sorted(gal.glob("*.png"))], root / "vit", root / "gset",
                       role="positives", progress=False, lineage=False)
+    ex.extract([(p.stem, p, None) for p in sorted(qdir.glob("*.png"))], root / "vit_b", root / "queries_b",
+               role="queries", progress=False, lineage=False)
     shutil.rmtree(qdir)
     gids, gvec = next(gset.shards())
     shutil.rmtree(root / "gset")
@@ -130,6 +134,99 @@ def test_config_section_sets_the_defaults_and_arguments_win(work, capsys):
     assert manifest["params"]["max_boxes"] == 3 and manifest["params"]["min_side"] == 4
 
 
+def test_rerank_registers_its_output_as_an_artifact_with_lineage(work, capsys):
+    """`rscale rerank --registry`: the lists, metrics and the record of what made them as
+    rerank:NAME@vN, inputs = the digests of the candidate file, detector, backbone and region cache
+    (and the first-stage scoring run when the candidate file has a sidecar); a rerun with the
+    same inputs is the same version, a changed setting a new one; ls, show, lineage, tag read it."""
+    from rscale.producers.lineage import digest_file, weights_digest
+    from rscale.store.registry import Registry
+    from rscale.store.run_sidecar import read_run_id
+
+    def rerank_json(*extra, **changes):
+        assert main(argv(**changes) + ["--registry", "reg", "--format", "json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    # the default name: the backbone the query set records (its checkpoint folder's name)
+    assert json.loads((work / "queries" / "manifest.json").read_text())["backbone"] == "vit"
+    first = rerank_json()
+    r = first["registered"]
+    assert (r["ref"], r["created"], r["series"]) == ("rerank:vit@v1", True, "rerank/vit/unknown")
+    a = Registry(work / "reg").artifact("rerank", "vit")
+    manifest = json.loads((work / "out" / "manifest.json").read_text())
+    cache_digest = json.loads((work / "cache" / "cache.json").read_text())["digest"]
+    assert a.inputs["first_stage"] == digest_file(work / "cand.parquet")
+    assert a.inputs["detector"] == weights_digest(work / "owl") and a.inputs["backbone"] == weights_digest(work / "vit")
+    assert a.inputs["region_cache"] == cache_digest and a.inputs["qrels"] == digest_file(work / "qrels.parquet")
+    assert a.inputs["queries"] == digest_file(work / "queries" / "manifest.json")
+    assert "first_stage_run" not in a.inputs                       # the lists carry no sidecar: digest only
+    assert a.inputs["run"]["manifest"] == digest_file(work / "out" / "manifest.json")
+    assert a.params == manifest["params"] and a.params["k"] == 6
+    assert a.mlflow_run_id == read_run_id(work / "out" / "manifest.json") and a.mlflow_run_id
+    assert set(a.blobs) == {"reranked", "metrics", "record"}
+    assert a.blobs["reranked"] == manifest["files"]["reranked.parquet"]
+    assert a.blobs["metrics"] == manifest["files"]["metrics.parquet"]
+    assert a.summary["mAP@6"] == pytest.approx(first["mAP@6"]) and "images_computed" not in a.summary
+    # the same inputs again (a warm cache, another folder): the same version, no duplicate
+    again = rerank_json(**{"-o": "again"})
+    assert again["images_computed"] == 0 and again["registered"]["ref"] == "rerank:vit@v1"
+    assert again["registered"]["created"] is False
+    assert [e["ref"] for e in _ls(capsys) if e["kind"] == "rerank"] == ["rerank:vit@v1"]
+    # a changed setting: a new version, with its params
+    w = rerank_json("--first-stage-weight", "0.5", **{"-o": "w05"})
+    assert (w["registered"]["ref"], w["registered"]["created"]) == ("rerank:vit@v2", True)
+    assert Registry(work / "reg").artifact("rerank", "vit", "v2").params["first_stage_weight"] == 0.5
+    # lists a scoring run wrote (its sidecar): the first-stage run id joins the lineage
+    (work / "cand.parquet.run.json").write_text(json.dumps({"stage": "score", "mlflow_run_id": "f00dcafe"}))
+    chained = rerank_json(**{"-o": "chained", "--name": "vit_chain", "--benchmark": "toy"})
+    assert chained["registered"]["ref"] == "rerank:vit_chain@v1"
+    assert Registry(work / "reg").artifact("rerank", "vit_chain").inputs["first_stage_run"] == "f00dcafe"
+    # read back as other artifacts are
+    assert sorted(e["ref"] for e in _ls(capsys) if e["kind"] == "rerank") == \
+        ["rerank:vit@v1", "rerank:vit@v2", "rerank:vit_chain@v1"]
+    assert main(["ls", "-r", "reg"]) == 0
+    assert "2 queries x K'=6" in capsys.readouterr().out
+    assert main(["show", "rerank:vit@v1", "-r", "reg"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["inputs"]["detector"] == a.inputs["detector"] and shown["version"] == 1
+    assert main(["lineage", "rerank:vit_chain", "-r", "reg"]) == 0
+    lin = json.loads(capsys.readouterr().out)
+    assert lin["inputs"]["first_stage_run"] == "f00dcafe" and set(lin["outputs"]) == {"reranked", "metrics", "record"}
+    assert main(["tag", "rerank:vit@v2", "released", "-r", "reg", "--format", "json"]) == 0
+    capsys.readouterr()
+    assert Registry(work / "reg").artifact("rerank", "vit", "released").version == 2
+    assert main(["verify", "-r", "reg"]) == 0
+    capsys.readouterr()
+    # a bundle: exported, imported elsewhere with its blobs checked by content, the same artifact
+    assert main(["export", "rerank:vit@v1", "-r", "reg", "-o", "vit.tar"]) == 0
+    assert main(["import", "vit.tar", "-r", "reg2"]) == 0
+    capsys.readouterr()
+    b = Registry(work / "reg2").artifact("rerank", "vit")
+    assert (b.content, b.lineage, b.params) == (a.content, a.lineage, a.params)
+    assert b.summary["mAP@6"] == a.summary["mAP@6"] and b.summary["queries"] == 2 and b.summary["k"] == 6
+    # a bundle whose manifest claims other settings than its record: refused, nothing imported
+    import io
+    import tarfile
+    with tarfile.open(work / "vit.tar") as t:
+        members = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+    with tarfile.open(work / "edited.tar", "w") as t:
+        for m, data in members:
+            if m.name == "manifest.json":
+                man = json.loads(data)
+                man["artifact"]["params"]["max_boxes"] = 99
+                data = json.dumps(man).encode()
+                m.size = len(data)
+            t.addfile(m, io.BytesIO(data))
+    assert main(["import", "edited.tar", "-r", "reg3"]) == 2
+    assert "record's params or inputs are not the bundle's" in capsys.readouterr().err
+    assert not (work / "reg3" / "catalog.duckdb").exists() or not Registry(work / "reg3").artifacts()
+
+
+def _ls(capsys):
+    assert main(["ls", "-r", "reg", "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def _write(path, text):
     path.write_text(text)
 
@@ -155,6 +252,17 @@ def _foreign_cache(w):
     shutil.rmtree(w / "first")
 
 
+def _foreign_backbone_cache(w):
+    """A valid run of another backbone (its own query set, the same detector) fills ./cache first."""
+    assert main(argv(**{"--queries": "queries_b", "--backbone": "vit_b", "-o": "first"})) == 0
+    shutil.rmtree(w / "first")
+
+
+def _backbone_digests():
+    from rscale.producers.lineage import weights_digest
+    return weights_digest(Path("vit_b"))[:19], weights_digest(Path("vit"))[:19]
+
+
 ROWS = [
     ("no-detector-folder", argv(**{"--detector": "nowhere"}), None, ["nowhere", "does not exist"]),
     ("detector-without-weights", argv(), _drop_weights, ["no weights file", "detector folder", "owl"]),
@@ -162,10 +270,18 @@ ROWS = [
     ("unknown-gallery-id", argv(), _ghost_gallery_id, ["cand.parquet", "gallery_id", "'ghost'"]),
     ("image-fails-to-decode", argv(), _broken_image, ["d3.png", "cannot read image"]),
     ("cache-of-another-detector", argv(), _foreign_cache, ["region cache was made with detector", "never mixed"]),
+    ("cache-of-another-backbone", argv(), _foreign_backbone_cache,
+     ["region cache was made with detector", "never mixed", _backbone_digests]),
     ("k-beyond-the-lists", argv(**{"--k": "11"}), None, ["K'=11", "first-stage list", "k <= 10"]),
     ("k-zero", argv(**{"--k": "0"}), None, ["k must be a whole number >= 1", "0"]),
     ("unknown-config-key", argv(**{"--config": "bad.yaml"}), lambda w: _write(w / "bad.yaml", "rerank:\n  boxes: 3\n"),
      ["bad.yaml", "rerank.boxes", "max_boxes"]),
+    ("config-value-not-a-number", argv(**{"--config": "bad.yaml"}),
+     lambda w: _write(w / "bad.yaml", "rerank:\n  nms_iou: abc\n"), ["rerank nms_iou must be a number", "'abc'"]),
+    ("registry-name-not-nameable", argv(**{"--registry": "reg", "--name": "my model"}), None,
+     ["--name", "my model"]),
+    ("registry-benchmark-not-nameable", argv(**{"--registry": "reg", "--benchmark": "a@b"}), None, ["--benchmark"]),
+    ("name-without-registry", argv(**{"--name": "vit2"}), None, ["--name and --benchmark", "--registry DIR"]),
     ("out-is-a-file", argv(**{"-o": "cand.parquet"}), None, ["--out cand.parquet is a file"]),
     ("missing-qrels", argv(**{"--qrels": "nope.parquet"}), None, ["qrels nope.parquet"]),
 ]
@@ -187,6 +303,11 @@ def test_bad_input_is_one_line_exit_2_nothing_written(work, capsys, monkeypatch,
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     for fragment in fragments:
+        if callable(fragment):                   # the cache's backbone, then this run's, in that order
+            made, uses = fragment()
+            assert f"backbone {made}" in lines[0].split("this run uses")[0], lines[0]
+            assert f"backbone {uses}" in lines[0].split("this run uses")[1], lines[0]
+            continue
         assert fragment in lines[0], f"{fragment!r} not in: {lines[0]}"
     after = tree(work)
     assert after == before, sorted(set(after.items()) ^ set(before.items()))

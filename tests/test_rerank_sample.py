@@ -147,6 +147,21 @@ def test_rerank_scores_of_the_sample_are_the_list_rerankers(world, reranked, ful
     np.testing.assert_array_equal(half.top_scores, read_sample_stats(r / "half.parquet").top_scores)
 
 
+def test_docs_name_every_rerank_metadata_key_the_producer_writes(world, reranked):
+    """docs/formats.md once named lineage keys (rerank_detector, rerank_backbone) the code never
+    wrote; every rerank_* key of a rerank-sample output must be the one the doc names."""
+    import re
+    from pathlib import Path
+
+    from rscale.store.sample_stats_file import read_sample_stats
+    written = {k for k in read_sample_stats(world["root"] / "full.reranked.parquet").meta if k.startswith("rerank")}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
+    named = set(re.findall(r"`(rerank_[a-z_]+)`", doc))
+    assert written >= {"rerank_input_detector", "rerank_input_backbone", "rerank_candidates"}
+    assert written <= named, sorted(written - named)
+    assert not (named - written), sorted(named - written)      # no key the code does not write
+
+
 def test_the_full_gallery_top_lists_rank_positives_as_the_engine_counts(world, full_truth):
     from rscale.store.candidate_lists import read_candidates
     from rscale.store.sample_stats_file import read_sample_stats

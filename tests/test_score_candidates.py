@@ -190,6 +190,19 @@ def test_cli_score_candidates(sets, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["candidates"].endswith("c.candidates.parquet")
 
 
+def test_the_candidate_lists_name_the_scoring_run_that_wrote_them(sets, tmp_path, monkeypatch):
+    """The lists get the run-id sidecar the sample stats get (the same MLflow run), so `rscale
+    rerank` can chain its lineage to the first stage; before, only the sample stats had one."""
+    pytest.importorskip("mlflow")
+    from rscale import api
+    from rscale.store.run_sidecar import read_run_id
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///" + str(tmp_path / "mlruns.db"))
+    api.score(sets / "queries", sets / "positives", qrels=sets / "qrels.parquet", distractors_dir=sets / "distractors",
+              out=tmp_path / "ss.parquet", k=50, backend="numpy", fraction=0.5, candidates=20)
+    run_id = read_run_id(tmp_path / "ss.parquet")
+    assert run_id and read_run_id(tmp_path / "ss.candidates.parquet") == run_id
+
+
 def test_the_fast_merge_order_is_the_lexsort_or_falls_back_to_it(monkeypatch):
     from rscale.score import candidates as c
     rng = np.random.default_rng(3)

@@ -13,21 +13,21 @@ items) adds ``real_rerank`` and ``real_register_reranked``::
         backbone: {model: ckpt/my_vit, pooling: cls, preprocessing: auto, resolution: null, batch_size: 32}
         images: {layout: ilias, root: data/ilias, distractors: data/distractors}
         queries: {intervention: none, crop: false}
-        score: {fraction: 0.05, k: 1000, seed: 0}
+        score: {fraction: 0.05, k: 1000, seed: 0, candidates: 63}   # top 63 = K' 1000 x 0.05 x 1.25 kept by id
     rerank_backbones:                          # optional, keyed by real_backbones names
-      my_vit: {detector: ckpt/owlv2, candidates: 63}   # top 63 = K' 1000 x 0.05 x 1.25 reranked
+      my_vit: {detector: ckpt/owlv2}
 
 ``layout: folders``: ``root`` holds ``queries`` and ``positives`` (each an image folder or a
 ``.txt`` list of image paths) and ``qrels.csv`` or ``qrels.parquet`` (query_id, positive_id; ids
 are the image paths relative to their folder, without suffix, or as written in the list).
 Paths are relative to the params file's folder. The gallery (positives, distractors, qrels) and
 the queries are written by separate stages, so an intervention ablation re-extracts only the
-queries. ``rerank_backbones.<name>``: the OWLv2 checkpoint folder, ``candidates`` R (each
-query's top R sampled distractors kept by id and rescored by the reranker, with the positives),
-the region cache (default ``out/region_cache/<name>``) and the reranker's settings
-(``rscale.api.rerank``'s keys); ``real_rerank`` scores the entry's sample again keeping the
-candidates (``out/rerank/<name>/``: the same sample, scores and counts, and the candidate
-lists) and writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2), which
+queries. ``score.candidates`` R (default 0): each query's top R sampled distractors kept by id
+as ``real_score`` scores (``rscale score-backbone``). ``rerank_backbones.<name>``: the OWLv2
+checkpoint folder, the region cache (default ``out/region_cache/<name>``) and the reranker's settings
+(``rscale.api.rerank``'s keys, each overriding params.yaml's ``rerank:`` section, which overrides
+the defaults); ``real_rerank`` reranks those lists and the positives of real_score's sample
+stats and writes ``out/sample_stats/<name>.reranked.parquet`` (schema version 2), which
 ``real_register_reranked`` registers as the entry's next version (with its reranked input).
 The converted ImageNet MobileNetV2 is a checkpoint folder like any other
 (``examples/real_backbone_inputs.py`` writes it and a small photo set; the README's example).
@@ -48,9 +48,9 @@ INTERVENTIONS = ("none", "gp", "msa")
 _GROUPS = {"backbone": ("model", "pooling", "preprocessing", "resolution", "batch_size"),
            "images": ("layout", "root", "distractors"),
            "queries": ("intervention", "crop"),
-           "score": ("fraction", "k", "seed")}
+           "score": ("fraction", "k", "seed", "candidates")}
 _REQUIRED = {"backbone": ("model",), "images": ("root", "distractors"), "queries": (), "score": ("fraction", "k", "seed")}
-_RERANK_KEYS = ("detector", "candidates", "cache", "first_stage_weight", "max_boxes", "nms_iou", "min_objectness",
+_RERANK_KEYS = ("detector", "cache", "first_stage_weight", "max_boxes", "nms_iou", "min_objectness",
                 "min_side", "resolution", "batch_size", "shard_size")
 
 
@@ -71,6 +71,7 @@ class RealBackbone:
     fraction: float
     k: int
     seed: int
+    candidates: int = 0             # score.candidates R: each query's top R sampled distractors kept by id
 
     @property
     def registered_name(self) -> str:
@@ -173,14 +174,24 @@ def load_real_backbone(config, name: str) -> RealBackbone:
     return RealBackbone(name, model, pooling, preprocessing, resolution,
                         whole("backbone", "batch_size", b.get("batch_size", 32), 1), layout, path(im["root"]),
                         path(im["distractors"]), intervention, crop, float(fraction), whole("score", "k", s["k"], 1),
-                        whole("score", "seed", s["seed"], 0))
+                        whole("score", "seed", s["seed"], 0), _candidates(name, s, config))
+
+
+def _candidates(name: str, s: dict, config) -> int:
+    r = s.get("candidates", 0)
+    k = s["k"]
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= (k if isinstance(k, int) else r):
+        raise FormatError(f"{_where(name)}.score.candidates must be a whole number in [0, score.k={k}] (each "
+                          f"query's top sampled distractors kept by id for the reranker; 0: none), got {r!r}",
+                          path=str(config))
+    return r
 
 
 def load_rerank_group(config, name: str) -> tuple[RealBackbone, dict]:
     """(the ``real_backbones.<name>`` entry, its ``rerank_backbones.<name>`` group): candidates R
-    in [1, score.k], paths resolved (the cache defaults to out/region_cache/<name> next to the
-    params file). Refused in one line: no such group, a group naming no real_backbones entry,
-    unknown or missing keys."""
+    (the entry's ``score.candidates``, which must be >= 1), paths resolved (the cache defaults to
+    out/region_cache/<name> next to the params file). Refused in one line: no such group, a group
+    naming no real_backbones entry, unknown or missing keys, ``candidates`` in the group (moved)."""
     from rscale.api.config import load_config
 
     section = load_config(config).get(RERANK_SECTION) or {}
@@ -194,21 +205,22 @@ def load_rerank_group(config, name: str) -> tuple[RealBackbone, dict]:
     rr = section[name]
     if not isinstance(rr, dict):
         raise FormatError(f"{where} must be a mapping ({', '.join(_RERANK_KEYS)})", path=str(config))
+    if "candidates" in rr:
+        raise FormatError(f"{where}.candidates moved to {SECTION}.{name}.score.candidates: real_score keeps the "
+                          "candidate lists as it scores, so the sample is scored once", path=str(config))
     bad = sorted(set(rr) - set(_RERANK_KEYS))
     if bad:
         raise FormatError(f"{where}: unknown key(s) {bad} (known: {', '.join(_RERANK_KEYS)})", path=str(config))
-    missing = [k for k in ("detector", "candidates") if rr.get(k) is None]
-    if missing:
-        raise FormatError(f"{where}: give {', '.join(missing)}", path=str(config))
+    if rr.get("detector") is None:
+        raise FormatError(f"{where}: give detector", path=str(config))
     try:
         entry = load_real_backbone(config, name)
     except InvalidArgumentError:
         raise FormatError(f"{where} names no {SECTION} entry: add {SECTION}.{name} or remove {where}",
                           path=str(config)) from None
-    r = rr["candidates"]
-    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= entry.k:
-        raise FormatError(f"{where}.candidates must be a whole number in [1, score.k={entry.k}] (the top sampled "
-                          f"distractors reranked per query; about K' x fraction, with a margin), got {r!r}",
+    if entry.candidates < 1:
+        raise FormatError(f"{where} reranks each query's top {SECTION}.{name}.score.candidates sampled distractors: "
+                          f"set it to a whole number in [1, score.k={entry.k}] (about K' x fraction, with a margin)",
                           path=str(config))
     base = Path(config).parent
 
@@ -216,7 +228,18 @@ def load_rerank_group(config, name: str) -> tuple[RealBackbone, dict]:
         p = Path(str(value))
         return p if p.is_absolute() else base / p
 
-    return entry, {**rr, "detector": path(rr["detector"]), "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
+    return entry, {**rr, "candidates": entry.candidates, "detector": path(rr["detector"]),
+                   "cache": path(rr.get("cache") or f"out/region_cache/{name}")}
+
+
+def rerank_group_settings(config, rr: dict) -> dict:
+    """The reranker's settings for one ``rerank_backbones`` group ``rr``: the defaults, then the
+    params file's ``rerank:`` section (when it has one), then the group's own keys."""
+    from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
+    from rscale.api.config import load_config
+
+    section = config if "rerank" in load_config(config) else None
+    return api.rerank_settings(section, **{k: rr.get(k) for k in _RERANK_KEYS if k not in ("detector", "cache")})
 
 
 def _sides(entry: RealBackbone):
@@ -290,36 +313,56 @@ def extract_real_backbone(config, name: str, *, part: str, out, progress: bool =
     return {"positives": ps.count, "distractors": ds.count, "qrels": len(qrels), "written": str(out)}
 
 
+def score_real_backbone(config, name: str, *, out, progress: bool = True) -> dict:
+    """Score one ``real_backbones`` entry's descriptor sets into sample stats ``out`` (the stage
+    real_score): its fraction, seed and k, the halves recorded by distractor id, and each query's
+    top ``score.candidates`` sampled distractors kept by id in ``<stem>.candidates.parquet``,
+    written for every entry (no rows at 0) so that the stage has the same outputs for all; a
+    reranked entry's real_rerank reads those lists instead of scoring the sample again."""
+    from rscale import api
+    from rscale.store.candidate_lists import candidates_path, write_candidates
+
+    entry = load_real_backbone(config, name)
+    gallery = Path(config).parent / "out" / "real" / name / "gallery"
+    queries = Path(config).parent / "out" / "real" / name / "queries"
+    for what, p in (("gallery descriptor sets", gallery), ("query set", queries)):
+        if not p.exists():
+            raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
+                              hint="run the stages before real_score (dvc repro real_score@" + name + ")")
+    summary = api.score(queries, gallery / "positives", qrels=gallery / "qrels.parquet",
+                        distractors_dir=gallery / "distractors", out=out, fraction=entry.fraction, seed=entry.seed,
+                        k=entry.k, candidates=entry.candidates, halves=True, progress=progress)
+    if not entry.candidates:                      # the stage's second output, empty: no lists asked for
+        import numpy as np
+        write_candidates(candidates_path(out), np.zeros(0, str), np.zeros((0, 0), str), np.zeros((0, 0)),
+                         sample_stats=Path(out).name)
+    return summary
+
+
 def rerank_real_backbone(config, name: str, *, out, progress: bool = True) -> dict:
     """Rerank one ``real_backbones`` entry with its ``rerank_backbones`` group into ``out``: sample
     stats schema 2 with the rerank scores of each query's top candidates and of its positives (the
-    stage real_rerank). The entry's sample is scored again from its descriptor sets with the same
-    fraction, seed and k, keeping each query's top R candidates by id (``out/rerank/<name>/``);
-    the sample stats are those of real_score (tests/test_real_pipeline.py)."""
+    stage real_rerank), from real_score's sample stats and the candidate lists it kept
+    (``out/sample_stats/<name>.parquet`` and ``.candidates.parquet``: the sample is scored once)."""
     from dataclasses import fields
 
-    from rscale import api      # not `from rscale.api.rerank import`: that binds api.rerank to the module
     from rscale.producers.extract import image_items
     from rscale.producers.rerank import ProposalParams
     from rscale.producers.rerank_sample import rerank_sample
+    from rscale.store.candidate_lists import candidates_path
 
     proposal_keys = tuple(f.name for f in fields(ProposalParams))
 
     entry, rr = load_rerank_group(config, name)
     base = Path(config).parent
-    gallery = base / "out" / "real" / name / "gallery"
     queries = base / "out" / "real" / name / "queries"
-    for what, p in (("gallery descriptor sets", gallery), ("query set", queries)):
+    sample = base / "out" / "sample_stats" / f"{name}.parquet"
+    for what, p in (("query set", queries), ("sample stats", sample), ("candidate lists", candidates_path(sample))):
         if not p.exists():
             raise FormatError(f"no {what} of real_backbones.{name} yet", path=str(p),
                               hint="run the stages before real_rerank (dvc repro real_rerank@" + name + ")")
-    s = api.rerank_settings(**{k: rr.get(k) for k in proposal_keys + ("first_stage_weight", "batch_size", "shard_size")})
+    s = rerank_group_settings(config, rr)
     _, positives, _ = _sides(entry)
-    sample = base / "out" / "rerank" / name / "sample.parquet"
-    sample.parent.mkdir(parents=True, exist_ok=True)
-    api.score(queries, gallery / "positives", qrels=gallery / "qrels.parquet", distractors_dir=gallery / "distractors",
-              out=sample, fraction=entry.fraction, seed=entry.seed, k=entry.k, candidates=int(rr["candidates"]),
-              halves=True)        # as real_score scores it (dvc.yaml): the reranked halves are the hardness replicates'
     return rerank_sample(sample, queries, [(i, p) for i, p, *_ in image_items(entry.distractors)],
                          [(i, p) for i, p, *_ in positives], rr["detector"], entry.model, rr["cache"], out,
                          first_stage_weight=float(s["first_stage_weight"]),

@@ -220,13 +220,21 @@ def export(name: str, out, *, registry=None, benchmark=None, estimator=None, lic
 def import_(bundle, registry=None):
     """Check a bundle by content (store/bundle.py) and register its version, with the summary
     recomputed from its verified blobs."""
-    from rscale.api.o2i_registry import check_bundle_blobs
     from rscale.producers.lineage import code_version
     from rscale.store.bundle import import_bundle
     from rscale.store.registry import Registry
     return import_bundle(Registry.locate(registry), bundle, summarize=registration_summary,
-                         code_version=code_version(), check_artifact=check_bundle_blobs,
+                         code_version=code_version(), check_artifact=_check_artifact_blobs,
                          reranked_input=_reranked_input_of)
+
+
+def _check_artifact_blobs(meta: dict, files: dict):
+    """An artifact bundle's content check, by its kind (o2i results, or an rscale rerank output)."""
+    if meta.get("kind") == "rerank":
+        from rscale.api.rerank_registry import check_bundle_blobs
+    else:
+        from rscale.api.o2i_registry import check_bundle_blobs
+    return check_bundle_blobs(meta, files)
 
 
 def _reranked_input_of(hardness, sample, out):

@@ -17,11 +17,13 @@ from rscale.errors import InvalidArgumentError
 
 PROPOSAL_KEYS = ("max_boxes", "nms_iou", "min_objectness", "min_side", "resolution")
 CONFIG_KEYS = PROPOSAL_KEYS + ("k", "first_stage_weight", "batch_size", "shard_size")
+FLOAT_KEYS = ("nms_iou", "min_objectness", "min_side", "first_stage_weight")
 
 
 def rerank_settings(config=None, **overrides) -> dict:
     """The reranker's settings: defaults, then the ``rerank:`` section of ``config`` (a
-    params.yaml-style file), then the ``overrides`` that are not None. Unknown keys are refused."""
+    params.yaml-style file; refused when it has none), then the ``overrides`` that are not None.
+    Unknown keys and out-of-range values are refused; real-valued settings come back as floats."""
     from rscale.api.config import load_config
     from rscale.producers.rerank import ProposalParams
 
@@ -35,34 +37,49 @@ def rerank_settings(config=None, **overrides) -> dict:
         settings.update(section)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for name in ("k", "batch_size", "shard_size"):
-        if not isinstance(settings[name], int) or settings[name] < 1:
+        if isinstance(settings[name], bool) or not isinstance(settings[name], int) or settings[name] < 1:
             raise InvalidArgumentError(f"rerank {name} must be a whole number >= 1, got {settings[name]!r}")
-    if not isinstance(settings["max_boxes"], int) or settings["max_boxes"] < 0:
+    if isinstance(settings["max_boxes"], bool) or not isinstance(settings["max_boxes"], int) or settings["max_boxes"] < 0:
         raise InvalidArgumentError(f"rerank max_boxes must be a whole number >= 0, got {settings['max_boxes']!r}")
-    if not 0.0 <= float(settings["nms_iou"]) <= 1.0:
-        raise InvalidArgumentError(f"rerank nms_iou must lie in [0, 1], got {settings['nms_iou']!r}")
-    if not 0.0 <= float(settings["first_stage_weight"]) <= 1.0:
-        raise InvalidArgumentError(f"rerank first_stage_weight must lie in [0, 1], got {settings['first_stage_weight']!r}")
+    res = settings["resolution"]
+    if res is not None and (isinstance(res, bool) or not isinstance(res, int) or res < 1):
+        raise InvalidArgumentError(f"rerank resolution must be a whole number >= 1 or null (the detector's own), "
+                                   f"got {res!r}")
+    # real numbers, as floats: `min_side: 8` in a params file and the default 8.0 must give the same
+    # region cache identity (its digest is over the JSON of the settings, where 8 and 8.0 differ)
+    for name in FLOAT_KEYS:
+        v = settings[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgumentError(f"rerank {name} must be a number, got {v!r}")
+        settings[name] = float(v)
+    for name in ("nms_iou", "first_stage_weight"):
+        if not 0.0 <= settings[name] <= 1.0:
+            raise InvalidArgumentError(f"rerank {name} must lie in [0, 1], got {settings[name]!r}")
     return settings
 
 
 def rerank(queries, candidates, *, gallery, detector, backbone, cache, out, qrels=None, config=None,
            k: int | None = None, first_stage_weight: float | None = None, max_boxes: int | None = None,
-           device: str | None = None, progress: bool = True, lineage: bool = True) -> dict:
+           device: str | None = None, progress: bool = True, lineage: bool = True, registry=None,
+           name: str | None = None, benchmark: str | None = None) -> dict:
     """Rerank each query's top ``k`` first-stage candidates (Parquet: query_id, gallery_id, score,
     rank) of ``queries`` (a query descriptor set) by max region cosine; write the folder ``out``
     (reranked.parquet, metrics.parquet with ``qrels``, manifest.json). ``gallery``: the image
     folder the first stage scored; ``detector`` / ``backbone``: local checkpoint folders (OWLv2;
     the backbone that extracted the queries); ``cache``: the region cache folder (created if
     absent, reused across runs). Settings: defaults < ``config``'s ``rerank:`` section < arguments.
-    Returns the summary (mean R@1 and mAP@K' before and after, images computed now)."""
+    With ``registry`` (a folder) the output is also registered as ``rerank:NAME@vN``
+    (:mod:`rscale.api.rerank_registry`; ``name`` default the query set's backbone, ``benchmark``
+    default ``unknown``), both names checked before anything runs.
+    Returns the summary (mean R@1 and mAP@K' before and after, images computed now; with a
+    registry, ``registered``: ref, created, content, lineage)."""
     from rscale.producers import rerank as producer
 
     s = rerank_settings(config, k=k, first_stage_weight=first_stage_weight, max_boxes=max_boxes)
-    for name, value in (("queries", queries), ("candidates", candidates), ("gallery", gallery),
+    for what, value in (("queries", queries), ("candidates", candidates), ("gallery", gallery),
                         ("detector", detector), ("backbone", backbone)):
         if not Path(value).exists():
-            raise InvalidArgumentError(f"{name} {value} does not exist")
+            raise InvalidArgumentError(f"{what} {value} does not exist")
     if qrels is not None and not Path(qrels).is_file():
         raise InvalidArgumentError(f"qrels {qrels} is not a file")
     out, cache = Path(out), Path(cache)
@@ -70,11 +87,25 @@ def rerank(queries, candidates, *, gallery, detector, backbone, cache, out, qrel
         raise InvalidArgumentError(f"--out {out} is a file; name a folder to write into")
     if cache.exists() and not cache.is_dir():
         raise InvalidArgumentError(f"--cache {cache} is a file; name the region cache folder")
+    if registry is not None:                # names refused before the run, not after it
+        from rscale.api.registry import check_name
+        from rscale.store.descriptor_set import DescriptorSet
+        check_name("benchmark", benchmark or "unknown", flag="--benchmark")
+        recorded = DescriptorSet.open(queries).manifest.get("backbone")
+        if name is None and not recorded:
+            raise InvalidArgumentError(f"the query set {queries} records no backbone name: give --name NAME")
+        check_name("backbone", str(name or recorded), flag="--name")
+    elif name is not None or benchmark is not None:
+        raise InvalidArgumentError("--name and --benchmark name the registered artifact: give --registry DIR too")
     params = producer.ProposalParams(**{key: s[key] for key in PROPOSAL_KEYS})
-    return producer.rerank(queries, candidates, gallery, detector, backbone, cache, out, k=s["k"], qrels=qrels,
-                           first_stage_weight=float(s["first_stage_weight"]), params=params,
-                           batch_size=s["batch_size"], shard_size=s["shard_size"], device=device,
-                           progress=progress, lineage=lineage)
+    summary = producer.rerank(queries, candidates, gallery, detector, backbone, cache, out, k=s["k"], qrels=qrels,
+                              first_stage_weight=float(s["first_stage_weight"]), params=params,
+                              batch_size=s["batch_size"], shard_size=s["shard_size"], device=device,
+                              progress=progress, lineage=lineage)
+    if registry is not None:
+        from rscale.api.rerank_registry import register_rerank
+        summary["registered"] = register_rerank(out, registry=registry, name=name, benchmark=benchmark)
+    return summary
 
 
 def rerank_sample(sample_stats, *, queries, distractors, positives, detector, backbone, cache, out, candidates=None,

@@ -177,6 +177,8 @@ def score(queries_dir, positives_dir, *, qrels, distractors_dir, out, fraction: 
             write_candidates(lists, queries.ids, ds.ids().astype(str)[merged.cand.positions], merged.cand.scores,
                              sample_stats=Path(out).name)
             run.output("candidates", digest_file(lists))
+            from rscale.store.run_sidecar import write_run_sidecar
+            write_run_sidecar(lists, "score", run.run_id)     # the lists' lineage: `rscale rerank` records it
         write_sample_stats(ss, out)
         run.output("sample_stats", digest_file(out))
         from rscale.store.run_sidecar import write_run_sidecar

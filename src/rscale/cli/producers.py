@@ -55,6 +55,22 @@ def extract_backbone(name: str = typer.Argument(..., help="The entry's name unde
     output.print_mapping(summary, fmt)
 
 
+def score_backbone(name: str = typer.Argument(..., help="The entry's name under real_backbones: in params.yaml."),
+                   out: Path = typer.Option(..., "--out", "-o", help="Sample-stats Parquet file to write (and "
+                                            "<stem>.candidates.parquet next to it)."),
+                   config: Path = typer.Option(Path("params.yaml"), "--config", help="params.yaml with the entry."),
+                   progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+                   fmt: str = output.format_option(output.TEXT, output.JSON)):
+    """Score a params.yaml `real_backbones` entry's sample, keeping score.candidates lists (the DVC stage real_score)."""
+    from rscale.api.real_backbones import score_real_backbone
+
+    output_file(out)
+    summary = score_real_backbone(config, name, out=out, progress=progress)
+    output.print_mapping(summary, fmt)
+    if summary.get("drifting"):
+        output.warn(summary["drift"])
+
+
 def make_descriptors(
         out: Path = typer.Option(..., "--out", "-o", help="Folder for queries/, positives/, distractors/, qrels.parquet."),
         instances: int = typer.Option(200, help="Object instances (one query each)."),
@@ -107,4 +123,4 @@ def score(queries: Path = typer.Option(..., "--queries", help="Query descriptor 
 
 
 COMMANDS = {"extract": extract, "extract-backbone": extract_backbone, "make-descriptors": make_descriptors,
-            "score": score}
+            "score": score, "score-backbone": score_backbone}

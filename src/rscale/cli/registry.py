@@ -41,7 +41,7 @@ def register(
 
 def ls(registry: Optional[Path] = registry_option(),
        fmt: str = output.format_option(output.TABLE, output.JSON)):
-    """List every version in the registry: hardness versions and registered O2I results (kind column)."""
+    """List every version in the registry: hardness versions, registered O2I results and reranks (kind column)."""
     from rscale import api
 
     entries = api.list_registered(registry)
@@ -56,6 +56,8 @@ def ls(registry: Optional[Path] = registry_option(),
         s = e["summary"]
         if e["kind"] == "hardness":
             cells = (e["backbone"], e["source"], e["estimator"], f"{s.get('queries', '')} queries", f"{s.get('S_max', 0):,}")
+        elif e["kind"] == "rerank":       # an artifact rerank:NAME@vN: queries x K' reranked
+            cells = (e["name"], "-", "-", f"{s.get('queries', '')} queries x K'={s.get('k', '')}", "-")
         else:                             # an artifact (o2i:NAME@vN): objects x distances, no sample size
             cells = (e["name"], "-", "-", f"{s.get('objects', '')} objects x {len(s.get('distances', []))} distances", "-")
         name, source, estimator, size, sample = cells

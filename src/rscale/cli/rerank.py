@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from rscale.cli import output
-from rscale.cli.options import ci_option, gallery_size, output_folder, positive_int
+from rscale.cli.options import _registry_folder, ci_option, gallery_size, output_folder, positive_int
 
 
 def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor set (the first stage's queries)."),
@@ -31,6 +31,13 @@ def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor
            config: Optional[Path] = typer.Option(None, "--config", help="params.yaml-style file: its rerank: "
                                                  "section sets the defaults."),
            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when present)."),
+           registry: Optional[Path] = typer.Option(None, "--registry", "-r", callback=_registry_folder,
+                                                   help="Also register the output in this registry folder as "
+                                                        "rerank:NAME@vN (a no-op if unchanged)."),
+           name: Optional[str] = typer.Option(None, "--name", help="With --registry: the artifact's name "
+                                              "(default: the query set's backbone)."),
+           benchmark: Optional[str] = typer.Option(None, "--benchmark", help="With --registry: its benchmark "
+                                                   "(default: unknown)."),
            fmt: str = output.format_option(output.TEXT, output.JSON)):
     """Rerank first-stage candidates by the max cosine over OWLv2 object crops (extract extra)."""
     from rscale import api
@@ -39,8 +46,12 @@ def rerank(queries: Path = typer.Option(..., "--queries", help="Query descriptor
     output_folder(cache, "--cache")
     summary = api.rerank(queries, candidates, gallery=gallery, detector=detector, backbone=backbone, cache=cache,
                          out=out, qrels=qrels, config=config, k=k, first_stage_weight=first_stage_weight,
-                         max_boxes=max_boxes, device=device, progress=fmt != output.JSON)
+                         max_boxes=max_boxes, device=device, progress=fmt != output.JSON, registry=registry,
+                         name=name, benchmark=benchmark)
+    r = summary.pop("registered", None) if fmt != output.JSON else None
     output.print_mapping(summary, fmt)
+    if r is not None:
+        typer.echo(f"{r['ref']} [{r['series']}] {'registered' if r['created'] else 'unchanged'} in {r['registry']}")
 
 
 def rerank_sample(

@@ -59,6 +59,15 @@ class ProposalParams:
     min_side: float = 8.0
     resolution: int | None = None
 
+    def __post_init__(self):
+        # the real-valued settings as floats: they enter the region cache's identity digest (JSON,
+        # where 4 and 4.0 differ), so ProposalParams(min_side=4) and a file's `min_side: 4.0` (or
+        # rscale.api.rerank_settings, which reads reals as floats) must be one cache
+        for name in ("nms_iou", "min_objectness", "min_side"):
+            v = getattr(self, name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                object.__setattr__(self, name, float(v))
+
 
 @dataclass
 class Detector:
@@ -383,7 +392,7 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
     import pyarrow as pa
 
     from rscale.producers.lineage import digest_file, producer_run
-    from rscale.store.run_sidecar import write_run_sidecar
+    from rscale.store.run_sidecar import read_run_id, write_run_sidecar
     from rscale.store.descriptor_set import DescriptorSet
 
     core_rerank.combined_scores(0.0, 0.0, first_stage_weight)            # validates the weight
@@ -451,11 +460,15 @@ def rerank(queries, candidates, gallery, detector_dir, backbone_dir, cache_dir, 
                   "detector": det.digest, "backbone": backbone_digest, "region_cache": cache.digest}
         if qrels is not None:
             inputs["qrels"] = digest_file(qrels)
+        first_stage_run = read_run_id(candidates)          # `rscale score --candidates` leaves one
+        if first_stage_run:
+            inputs["first_stage_run"] = first_stage_run
         run_params = {"k": k, "first_stage_weight": first_stage_weight, "pooling": pooling,
                       "resolution": bb.resolution, "detector_resolution": det.resolution, **asdict(params)}
         with producer_run("rerank", run_params, inputs, enabled=lineage) as run:
             manifest = {"format": OUTPUT_FORMAT, "version": OUTPUT_VERSION, "params": run_params, "inputs": inputs,
-                        "files": {f: digest_file(tmp / f) for f in files}, "summary": summary}
+                        "files": {f: digest_file(tmp / f) for f in files}, "summary": summary,
+                        "backbone": qset.manifest.get("backbone")}
             (tmp / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
             for f in files:
                 run.output(f, manifest["files"][f])

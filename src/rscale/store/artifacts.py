@@ -1,6 +1,7 @@
 """Registered artifacts besides hardness versions: the catalog's ``artifacts`` table.
 
-An artifact is a *kind* (today ``o2i``: one backbone's results of the controlled O2I benchmark),
+An artifact is a *kind* (``o2i``: one backbone's results of the controlled O2I benchmark; ``rerank``:
+one ``rscale rerank`` output, the reranked lists, per-query metrics and the record of what made them),
 a series (name, benchmark) and a version number v1, v2, ... It references blobs by *role* (for
 ``o2i`` a table name: ``cross_distance``, ``ranks``, ...), stored in the same content-addressed
 blob store as hardness tables, under the same rules (blobs.py: written atomically and durably,
@@ -35,7 +36,7 @@ from rscale.store.catalog import json_object as _obj
 from rscale.store.hashing import canonical_digest
 from rscale.store.resolution import names_version, version_names
 
-ARTIFACT_KINDS = ("o2i",)
+ARTIFACT_KINDS = ("o2i", "rerank")
 _COLS = ("kind, name, benchmark, version, content, blobs, lineage, inputs, params, code_version, mlflow_run_id, "
          "summary, CAST(created AS VARCHAR), row_digest")
 REF_RE = re.compile(r"(?P<kind>[a-z0-9]+):(?P<name>[A-Za-z0-9_.\-]+)(?:@(?P<version>[A-Za-z0-9_.\-]+))?")
