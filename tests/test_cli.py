@@ -230,7 +230,7 @@ def test_every_printing_command_takes_format_json_and_nothing_else():
     group = typer.main.get_command(app)
     assert set(group.commands) == {"demo", "simulate", "check", "estimate", "predict", "register", "ls", "show", "tag",
                                    "verify", "gc", "query", "export", "import", "report", "lineage", "diff", "curve",
-                                   "score", "make-descriptors", "extract", "extract-backbone", "compare", "o2i",
+                                   "score", "score-backbone", "make-descriptors", "extract", "extract-backbone", "compare", "o2i",
                                    "rerank", "rerank-sample", "rerank-backbone", "predict-rerank", "train-lora"}
     commands = {}
     for name, command in group.commands.items():   # sub-apps (rscale o2i run): their commands
