@@ -794,6 +794,13 @@ def cached_cell(draw: Draw, method: str, cache: Path) -> dict | None:
             "deps": merged_deps(sample_deps(draw, cache), fit, ans)}
 
 
+def fitted_here(draw: Draw, method: str, cache: Path) -> bool:
+    """Whether the cache holds the cell's sample and a valid fit (or, for a curve baseline, its
+    sample): what ``--answers-only`` runs."""
+    got = cached_sample(draw, cache)
+    return got is not None and (method not in REGISTRY_ESTIMATORS or _valid_fit(cache, got[0], method) is not None)
+
+
 def run_cell(draw: Draw, method: str, cache: str, keep: str | None = None) -> dict:
     """One cell: its answer against the truth, each stage taken from the cache when what it
     depends on is unchanged (``keep``: a folder to keep each registry cell's files in, under its
@@ -963,6 +970,9 @@ def main(argv=None):
                     help="keep each registry cell's hardness file and registry under DIR/<cell key>")
     ap.add_argument("--budget-min", type=float, default=None, help="start no cell after this many minutes")
     ap.add_argument("--cached-only", action="store_true", help="compute nothing: the table from the cache")
+    ap.add_argument("--answers-only", action="store_true",
+                    help="run only the cells whose sample and fit this machine's cache holds (after an edit to "
+                         "the query path: re-answer what was fitted here, no new fits)")
     ap.add_argument("--write", action="store_true", help="write the table into --doc")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
     args = ap.parse_args(argv)
@@ -1001,7 +1011,7 @@ def main(argv=None):
             record(d, m, hit)
         elif (hit := ledger_hit(ledger.get(keys[(d.label, m)]))) is not None:
             results.append(hit)
-        elif args.cached_only:
+        elif args.cached_only or (args.answers_only and not fitted_here(d, m, cache)):
             missing.append((d, m, "not computed yet"))
         else:
             todo.append((d, m))

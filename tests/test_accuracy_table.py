@@ -307,6 +307,21 @@ def test_simulator_cells_are_planned_and_looked_up(table_mod, tmp_path):
     assert "design: 2 cells each of evt-eb (5%; not computed yet)" in doc.read_text()
 
 
+def test_answers_only_reanswers_what_was_fitted_here_and_fits_nothing(first_run, table_mod, tiny_set, stages,
+                                                                     tmp_path):
+    """--answers-only after a query-path edit: the answers rerun from the cached fits; a cell with
+    no fit here is left out, not fitted."""
+    tmp, doc, _ = first_run
+    cache = tmp / "cache"
+    for path, e in _entries(cache, "answers"):
+        _poison(path, e, "core/interval.py")
+    args = ["--data", f"tiny={tiny_set}", "--sets", "tiny", "--estimators", "evt,count", "--workers", "0",
+            "--cache", str(cache), "--doc", str(doc), "--ledger", str(tmp_path / "cells.jsonl"), "--answers-only"]
+    results = table_mod.main(args)
+    assert sorted(s for s, _, _ in stages) == ["answer"] * 4            # evt's 4 cells; count never fitted here
+    assert {r["method"] for r in results} == {"evt"}
+
+
 def test_a_damaged_ledger_is_one_line_naming_it(table_mod, tmp_path):
     bad = tmp_path / "cells.jsonl"
     bad.write_text('{"deps_id": "a", "deps": {}}\nnot json\n')
