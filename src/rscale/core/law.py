@@ -336,16 +336,14 @@ def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     return _window_sums(x.ravel(), j.ravel(), n, m_max.ravel(), precision).reshape(x.shape)
 
 
-def _window_sums(x, j, n: int, m_max, precision: bool, log_binom=None) -> np.ndarray:
+def _window_sums(x, j, n: int, m_max, precision: bool) -> np.ndarray:
     """:func:`_binomial_window_sum` of flat arrays. The window of an element (+-10 sd + 10 around
     n x, cut at m_max) is summed from its low end up, one term at a time: windows of similar
     length (within 25%) padded into blocks (elements, width) of at most :data:`_BLOCK_TERMS`,
     accumulated along each row in order of m (a padding term is 0.0 and adds nothing); each
     element's logs taken once, not per term; log C(n, m) from one table over 0..max m when that
     is no longer than the terms, and j / (j + m) from a table for whole j: the per-term values,
-    looked up (the per-term form of 39d6b08 is the reference of tests/test_query_fast_path.py).
-    ``log_binom``: log C(n, m) for m = 0..n, when the caller keeps it across calls with the same n
-    (the reranked law's survivor levels, :mod:`rscale.core.rerank_law`); the same values."""
+    looked up (the per-term form of 39d6b08 is the reference of tests/test_query_fast_path.py)."""
     m_max = np.minimum(m_max, n)
     out = np.zeros(x.shape, dtype=np.float64)
     valid = m_max >= 0
@@ -372,10 +370,7 @@ def _window_sums(x, j, n: int, m_max, precision: bool, log_binom=None) -> np.nda
     top = int(hi.max())
     # every m a padded block reaches (lo + width - 1 <= top + longest - 1), at most n: no clipping
     reach = min(n, top + int(lengths.max()) - 1)
-    if log_binom is not None:
-        table = log_binom
-    else:
-        table = log_choose(n, np.arange(reach + 1, dtype=np.float64)) if top < int(lengths.sum()) else None
+    table = log_choose(n, np.arange(reach + 1, dtype=np.float64)) if top < int(lengths.sum()) else None
     logx, log1mx = np.log(x[mid]), np.log1p(-x[mid])
     jm = j[mid]
     weights = None                  # j / (j + m) by (j, m) for whole j: the same quotients, looked up

@@ -303,12 +303,11 @@ def _expected_stack(h, metric, n, k, depth, nodes):
         w = np.clip(beta_isf(m + 1, ni - m, sf_l[live, None] - cont[live, None] * u[None, :]),
                     xl[live, None], xn[live, None])
         w = np.where(np.isfinite(w), w, xn[live, None])                    # weightless nodes of an empty slice
-        table = log_choose(m, np.arange(m + 1, dtype=np.float64))
         for sl, pts, wt in ((live, w, np.repeat(cont[live, None] / nodes, nodes, axis=1)),
                             (has_atom, xn[has_atom, None], atom[has_atom, None])):
             if sl.size == 0:
                 continue
-            val = _level_values(h, lv, keep[sl], qs[sl], pts, metric, k, m, table)
+            val = _level_values(h, lv, keep[sl], qs[sl], pts, metric, k, m)
             total += np.bincount(np.repeat(qs[sl], pts.shape[1]), weights=(wt * val).ravel(), minlength=h.n_queries)
     return total
 
@@ -333,18 +332,18 @@ def _negligible_levels(xl, xn, last, m: int, n: int) -> np.ndarray:
     return above | below
 
 
-def _level_values(h, lv, idx, qs, w, metric, k, m, log_binom) -> np.ndarray:
+def _level_values(h, lv, idx, qs, w, metric, k, m) -> np.ndarray:
     """(slices, points): the per-query metric given survivor count ``lv.l`` and the slice point w
     (slices, points) for entries ``idx`` of the level (their queries ``qs``)."""
     pts = w.shape[1]
     if metric in ("R", "RR"):
         rho = _rho_rows(h.grid, h.joint[lv.best[idx]], qs, w, h.end, h.top)              # (slices, points)
-        return _window_sums(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1), metric == "RR",
-                            log_binom).reshape(rho.shape)
+        return _window_sums(rho.ravel(), np.ones(rho.size), m, np.full(rho.size, k - 1),
+                            metric == "RR").reshape(rho.shape)
     l = lv.l
     rho = _rho_rows(h.grid, h.joint[lv.rows[idx].ravel()], qs.repeat(l), w.repeat(l, axis=0), h.end, h.top)
     j = np.repeat(lv.jp[idx].reshape(-1, 1), pts, axis=1)                                # (slices * l, points)
-    v = _window_sums(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP", log_binom)
+    v = _window_sums(rho.ravel(), j.ravel(), m, (k - j).ravel(), metric == "AP")
     norm = np.minimum(k, h.sizes[qs]) if metric == "AP" else h.sizes[qs]
     return v.reshape(-1, l, pts).sum(axis=1) / norm[:, None]
 
