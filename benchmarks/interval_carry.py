@@ -83,7 +83,7 @@ def both_rules(h_path, n, mode):
             None if b is None else (b.low, b.high), e_old)
 
 
-MODE = {"evt-eb": "expected"}
+from _shipped import MODE  # noqa: E402  (one cell through the shipped path: benchmarks/_shipped.py)
 
 
 def sim_cell(spec, n, s, seed, method):
@@ -92,19 +92,10 @@ def sim_cell(spec, n, s, seed, method):
     import tempfile
     import time
 
-    from rscale import api, sim
-    from rscale.store.sample_stats_file import write_sample_stats
-    bench = sim.simulate(spec, seed=seed)
-    ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
-    truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=seed).mean())
+    from _shipped import shipped_sim_cell
     d = Path(tempfile.mkdtemp(prefix="interval-carry-"))
     t = time.perf_counter()
-    write_sample_stats(ss, d / "s.parquet")
-    api.estimate(d / "s.parquet", method, out=d / "h.parquet")
-    api.register(d / "h.parquet", d / "s.parquet", registry=d / "reg", backbone="b", benchmark="sim")
-    mode = MODE.get(method)
-    text = f"mAP@1000 at N={int(n)} for b using {method}" + (f" {mode}" if mode else "")
-    row = api.query(text, d / "reg", ci_kind="benchmark")["rows"][0]
+    _, truth, row, mode = shipped_sim_cell(spec, n, s, seed, method, d)
     value, lo, hi, lo_o, hi_o, e_new, band, e_old = both_rules(d / "h.parquet", n, mode)
     assert abs(row["ci_low"] - lo) < 1e-12 and abs(row["ci_high"] - hi) < 1e-12, (row, lo, hi)   # shipped == core
     return {"truth": truth, "value": row["value"], "lo": row["ci_low"], "hi": row["ci_high"], "old_lo": lo_o,

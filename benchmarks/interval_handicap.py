@@ -32,24 +32,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-MODE = {"evt-eb": "expected"}
+from _shipped import MODE  # noqa: E402  (one cell through the shipped path: benchmarks/_shipped.py)
 N_SIM = 1e8
 
 
 def make_cell(spec, n, s, seed, method, d: Path):
-    from rscale import api, sim
-    from rscale.store.sample_stats_file import write_sample_stats
-    bench = sim.simulate(spec, seed=seed)
-    ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
-    truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=seed).mean())
-    d.mkdir(parents=True, exist_ok=True)
+    from _shipped import shipped_sim_cell
     t = time.perf_counter()
-    write_sample_stats(ss, d / "s.parquet")
-    api.estimate(d / "s.parquet", method, out=d / "h.parquet")
-    api.register(d / "h.parquet", d / "s.parquet", registry=d / "reg", backbone="b", benchmark="sim")
-    mode = MODE.get(method)
-    text = f"mAP@1000 at N={int(n)} for b using {method}" + (f" {mode}" if mode else "")
-    row = api.query(text, d / "reg", ci_kind="benchmark")["rows"][0]
+    ss, truth, row, mode = shipped_sim_cell(spec, n, s, seed, method, d)
     save_counts(ss, d / "h.parquet", d / "share_counts.npz")
     (d / "cell.json").write_text(json.dumps({"truth": truth, "n": n, "method": method, "mode": mode,
                                              "row": {k: row[k] for k in ("value", "ci_low", "ci_high")}}))
