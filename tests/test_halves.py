@@ -107,7 +107,9 @@ def test_each_recorded_half_is_the_half_of_its_own_distractors(scored):
             score_chunk(queries, dv[side], state)
             direct = to_sample_stats(queries, state)
             assert (half.n_sampled == direct.n_sampled).all() and (half.pos_counts == direct.pos_counts).all()
-            assert np.array_equal(half.top_scores, direct.top_scores)
+            # up to BLAS rounding: the half's own GEMM has another shape than the full set's, and a
+            # float32 score's last bit can depend on it (tests/test_scoring.py, split and merge)
+            np.testing.assert_allclose(half.top_scores, direct.top_scores, rtol=0, atol=1e-6)
         from rscale.core.estimators.methods import estimate
         for j, half in enumerate(recorded_halves(ss, split)):
             assert np.array_equal(reps[:, 2 * split + j], estimate(half, "count").x)
@@ -201,10 +203,17 @@ def test_reranked_replicates_use_the_recorded_halves_of_the_hardness_replicates(
 
 
 def test_recorded_halves_do_not_depend_on_the_chunking(scored, tmp_path):
+    """Another chunking records the same halves: every count and size exactly, every score up to
+    BLAS rounding (its last bit can depend on the GEMM's shape and the CPU, so the files need not
+    be byte-identical; on an AMD EPYC with OpenBLAS 0.3.31 they are not)."""
     root, ss = scored
-    write_sample_stats(ss, tmp_path / "a.parquet")
     score(root, tmp_path / "b.parquet", chunk=4096)
-    assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "a.parquet").read_bytes()
+    other = read_sample_stats(tmp_path / "b.parquet")
+    for f in ("n_sampled", "pos_counts", "n_halves", "pos_halves"):
+        np.testing.assert_array_equal(getattr(other, f), getattr(ss, f), err_msg=f)
+    for f in ("top_scores", "top_halves", "pos_scores"):
+        np.testing.assert_allclose(getattr(other, f), getattr(ss, f), rtol=0, atol=1e-6, err_msg=f)
+    assert other.meta == ss.meta
 
 
 def test_score_halves_on_the_command_line(tmp_path, capsys):
