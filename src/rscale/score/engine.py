@@ -6,7 +6,10 @@ chunks of C distractors, never Q x S.
 
 Partial results merge associatively and commutatively (:meth:`Partial.merge`: top-K of the union,
 sums of counts), so shards can be scored anywhere, in any order, and combined; any split gives
-the same result as one pass (tested).
+exactly the result of one pass over the scores its chunks' GEMMs gave (tested). Those scores are
+BLAS's: a float32 score's last bit can depend on the GEMM's shape and the CPU, so two splits of
+one set agree up to that rounding (scores within ~1e-7, a count off where a distractor and a
+positive score within an ulp), not byte for byte.
 
 Per chunk: one GEMM (numpy/BLAS, or faiss when it is installed and asked for) gives the Q x C
 scores. Instead of an argpartition over every row (which costs several times the GEMM), each row
