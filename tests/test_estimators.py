@@ -178,6 +178,40 @@ def test_sdm_recovers_a_gaussian_tail(simulated):
     assert abs(np.median(np.log10(est.x[m] / bench.pos_x[m]))) < 0.2
 
 
+def test_sdm_on_half_samples_matches_exact_quantiles(simulated):
+    """Queries with different S (every half-sample of the replicates and the back-test) get
+    sdm's skew-normal quantiles from a spline, not one root search per query, level and shape
+    (which was 97% of a simulator cell's fit, benchmarks/sdm_quantiles_ab.py). The hardness must agree with an independent per-query fit through the exact quantiles: the same least
+    squares residual and, inside the fitted levels (x <= K/S), the same hardness. (Beyond them
+    the shapes tie: above alpha ~ 2 the skew-normal's top is one shape up to location and scale,
+    so residuals agree to 1e-15 and which alpha wins is rounding, in either computation.)"""
+    from scipy import stats
+
+    from rscale.core.estimators.sdm import ALPHAS, _fit_levels
+    _, ss = simulated
+    half, _ = split_halves(ss, seed=3)
+    assert np.unique(half.n_sampled).size > 10                  # the spline path, not the exact one
+    est = estimate(half, "sdm")
+    idx = _fit_levels(half.k)
+    pq = half.positive_query()
+    checked = 0
+    for q in range(0, half.n_queries, max(half.n_queries // 25, 1)):
+        y = half.top_scores[q, idx]
+        fits = []
+        for a in ALPHAS:
+            z = stats.skewnorm.isf((idx + 0.5) / half.n_sampled[q], a)
+            slope, icpt = np.polyfit(z, y, 1)
+            fits.append((((y - icpt - slope * z) ** 2).sum(), a, icpt, slope))
+        sse, a, loc, scale = min(fits, key=lambda f: f[0])
+        assert est.tail["sse"][q] == pytest.approx(sse, rel=1e-7)
+        mine = pq == q
+        ref = stats.skewnorm.sf((half.pos_scores[mine] - loc) / scale, a)
+        inside = ref <= half.k / half.n_sampled[q]
+        checked += int(inside.sum())
+        np.testing.assert_allclose(est.x[mine][inside], ref[inside], rtol=1e-6, atol=1e-15)
+    assert checked > 20
+
+
 def test_in_pool_prediction(simulated):
     bench, ss = simulated
     est = estimate(ss, "evt")
