@@ -450,7 +450,15 @@ def warm_up() -> None:
     from rscale.producers import lineage
     if lineage._mlflow() is not None:          # the store's import and schema check, not a run
         import mlflow
-        mlflow.get_experiment_by_name(lineage.EXPERIMENT)
+        # one worker at a time: on a fresh cache each would create the SQLite schema, and two at
+        # once fail ("duplicate column name"), which broke the pool at its start
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        lock_path = uri.removeprefix("sqlite:///") + ".lock" if uri.startswith("sqlite:///") else os.devnull
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if mlflow.get_experiment_by_name(lineage.EXPERIMENT) is None:   # nor create it twice
+                mlflow.create_experiment(lineage.EXPERIMENT,
+                                         artifact_location=(Path(lock_path).parent / "mlartifacts").as_uri())
     assert rscale.__file__
 
 

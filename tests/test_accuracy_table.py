@@ -404,3 +404,21 @@ def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tm
         (pkg / name).write_text(text)
         os.utime(pkg / name, ns=(1, time.time_ns() + 2 * 10**9))
         assert valid()
+
+
+def test_workers_set_up_a_fresh_tracking_store_together(tmp_path):
+    """Regression: on a fresh cache every worker's warm-up created MLflow's SQLite schema, and two
+    at once failed ("duplicate column name: step"), so a run with --workers 2 on a new machine
+    broke its pool before the first cell. They now take turns on a lock beside the store."""
+    import subprocess
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlruns.db'}",
+           "PYTHONPATH": os.pathsep.join([str(BENCHMARKS.parent / "src"), str(BENCHMARKS)]),
+           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    code = "import accuracy_table; accuracy_table.warm_up()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(e[-600:] for e in errors)
+    import sqlite3
+    with sqlite3.connect(tmp_path / "mlruns.db") as db:
+        assert db.execute("select count(*) from experiments where name = 'rscale'").fetchone() == (1,)
