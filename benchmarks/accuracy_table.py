@@ -453,12 +453,15 @@ def warm_up() -> None:
         # one worker at a time: on a fresh cache each would create the SQLite schema, and two at
         # once fail ("duplicate column name"), which broke the pool at its start
         uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-        lock_path = uri.removeprefix("sqlite:///") + ".lock" if uri.startswith("sqlite:///") else os.devnull
-        with open(lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if mlflow.get_experiment_by_name(lineage.EXPERIMENT) is None:   # nor create it twice
-                mlflow.create_experiment(lineage.EXPERIMENT,
-                                         artifact_location=(Path(lock_path).parent / "mlartifacts").as_uri())
+        if not uri.startswith("sqlite:///"):        # a server or another store sets itself up
+            mlflow.get_experiment_by_name(lineage.EXPERIMENT)
+        else:
+            db = Path(uri.removeprefix("sqlite:///"))
+            with open(f"{db}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if mlflow.get_experiment_by_name(lineage.EXPERIMENT) is None:   # nor create it twice
+                    mlflow.create_experiment(lineage.EXPERIMENT,
+                                             artifact_location=(db.parent / "mlartifacts").as_uri())
     assert rscale.__file__
 
 

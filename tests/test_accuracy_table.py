@@ -414,11 +414,18 @@ def test_workers_set_up_a_fresh_tracking_store_together(tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlruns.db'}",
            "PYTHONPATH": os.pathsep.join([str(BENCHMARKS.parent / "src"), str(BENCHMARKS)]),
            "MLFLOW_DISABLE_TELEMETRY": "true"}
-    code = "import accuracy_table; accuracy_table.warm_up()"
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    # each warm-up records the locks it takes: every one must take the lock beside the store
+    code = ("import fcntl, accuracy_table\n"
+            "taken, flock = [], fcntl.flock\n"
+            "fcntl.flock = lambda f, op: (taken.append(f.name), flock(f, op))[1]\n"
+            "accuracy_table.warm_up()\n"
+            "print(*taken, sep='\\n')")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
              for _ in range(3)]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(e[-600:] for e in errors)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(e[-600:] for _, e in outputs)
+    assert all(f"{tmp_path / 'mlruns.db'}.lock" in out.split("\n") for out, _ in outputs)
     import sqlite3
     with sqlite3.connect(tmp_path / "mlruns.db") as db:
         assert db.execute("select count(*) from experiments where name = 'rscale'").fetchone() == (1,)

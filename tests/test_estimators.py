@@ -178,6 +178,26 @@ def test_sdm_recovers_a_gaussian_tail(simulated):
     assert abs(np.median(np.log10(est.x[m] / bench.pos_x[m]))) < 0.2
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_sdm_quantiles_against_scipy_on_both_branches(ragged):
+    """skewnorm_quantiles: exact (one S: few distinct p) or from the spline (many S), one array of
+    p's shape per shape, within 1e-10 of scipy's own quantile either way."""
+    from scipy import stats
+
+    from rscale.core.estimators.sdm import ALPHAS, _fit_levels, skewnorm_quantiles
+    idx = _fit_levels(4000)
+    s = np.linspace(2e5, 3e5, 500).round() if ragged else np.array([2.5e5])
+    p = (idx[None, :] + 0.5) / s[:, None]
+    got = list(skewnorm_quantiles(p))
+    assert len(got) == len(ALPHAS) and all(z.shape == p.shape for z in got)
+    for a, z in zip(ALPHAS, got):
+        ref = stats.skewnorm.isf(p, a)
+        if ragged:
+            np.testing.assert_allclose(z, ref, rtol=0, atol=1e-10)
+        else:
+            np.testing.assert_array_equal(z, ref)
+
+
 def test_sdm_on_half_samples_matches_exact_quantiles(simulated):
     """Queries with different S (every half-sample of the replicates and the back-test) get
     sdm's skew-normal quantiles from a spline, not one root search per query, level and shape

@@ -9,8 +9,8 @@ least squares of s_i on the standard skew-normal quantile z_alpha(p_i); the alph
 residual wins (vectorised over queries: one regression per grid point). The quantiles depend on
 a query only through its S; queries with many different S (the half-samples of the replicates
 and back-test, a real set's ragged S) read them off a cubic spline in logit(p) through exact
-quantiles spaced 0.02 apart (relative error below 1e-9; tests/test_estimators.py checks it
-against the exact quantiles), since scipy's skew-normal quantile is a root search of several
+quantiles spaced 0.02 apart (absolute error below 1e-10; tests/test_estimators.py compares
+it with the exact quantiles), since scipy's skew-normal quantile is a root search of several
 microseconds a value and a replicate would need one per query, level and shape. Then
 
     x = P(D >= s) = skewnorm.sf((s - loc) / scale, alpha).
@@ -37,8 +37,9 @@ def _fit_levels(k: int, points: int = 64) -> np.ndarray:
 SPLINE_STEP = 0.02        # node spacing in logit(p) of the quantile spline
 
 
-def skewnorm_quantiles(p: np.ndarray, alphas=ALPHAS) -> np.ndarray:
-    """``skewnorm.isf(p, a)`` for every a in ``alphas``: shape ``p.shape + (len(alphas),)``.
+def skewnorm_quantiles(p: np.ndarray, alphas=ALPHAS):
+    """``skewnorm.isf(p, a)`` for each a in ``alphas``, one ``p.shape`` array at a time (a generator:
+    the caller's loop over shapes holds one of them, not all).
 
     Exact where there are fewer distinct p than spline nodes; otherwise a cubic spline in
     logit(p) through exact values ``SPLINE_STEP`` apart over the range of p."""
@@ -50,12 +51,11 @@ def skewnorm_quantiles(p: np.ndarray, alphas=ALPHAS) -> np.ndarray:
     lo, hi = float(t.min()), float(t.max())
     nodes = np.linspace(lo, hi, max(int(np.ceil((hi - lo) / SPLINE_STEP)) + 1, 4))
     uniq, inv = np.unique(p, return_inverse=True)
-    if uniq.size <= nodes.size:
-        z = stats.skewnorm.isf(uniq[:, None], np.asarray(alphas)[None, :])
-        return z[inv.reshape(p.shape)]
-    pn = 1.0 / (1.0 + np.exp(-nodes))
-    zn = stats.skewnorm.isf(pn[:, None], np.asarray(alphas)[None, :])   # (nodes, A)
-    return CubicSpline(nodes, zn, axis=0)(t)
+    exact = uniq.size <= nodes.size
+    at = uniq if exact else 1.0 / (1.0 + np.exp(-nodes))
+    for a in alphas:
+        z = stats.skewnorm.isf(at, a)
+        yield z[inv.reshape(p.shape)] if exact else CubicSpline(nodes, z)(t)
 
 
 def estimate_sdm(ss: SampleStats, points: int = 64) -> HardnessEstimate:
@@ -69,9 +69,9 @@ def estimate_sdm(ss: SampleStats, points: int = 64) -> HardnessEstimate:
     alpha = np.zeros(ss.n_queries)
     # quantiles depend on S only through p: evaluate once per distinct S (usually one)
     s_unique, s_inv = np.unique(ss.n_sampled, return_inverse=True)
-    z_all = skewnorm_quantiles((idx[None, :] + 0.5) / s_unique[:, None])      # (distinct S, L, A)
-    for j, a in enumerate(ALPHAS):
-        z = z_all[s_inv, :, j]                                                 # (Q, L)
+    quantiles = skewnorm_quantiles((idx[None, :] + 0.5) / s_unique[:, None])  # (distinct S, L) per shape
+    for a, z_s in zip(ALPHAS, quantiles):
+        z = z_s[s_inv]                                                         # (Q, L)
         zm, ym = z.mean(axis=1, keepdims=True), y.mean(axis=1, keepdims=True)
         slope = ((z - zm) * (y - ym)).sum(axis=1) / np.maximum(((z - zm) ** 2).sum(axis=1), 1e-300)
         slope = np.maximum(slope, 1e-9)
