@@ -2,6 +2,7 @@
 query / positive O2I ratio, `rscale o2i stratify` end to end against brute-force references."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,6 +245,24 @@ def test_stratify_cli_end_to_end_matches_brute_force(tmp_path, capsys):
     assert main(["o2i", "stratify", str(runs["base"]), str(runs["treat"]), "--layout", str(data)]) == 0
     text = capsys.readouterr().out
     assert "median ratio" in text and "4.64-10" in text and ">=10" in text and "left out: 1 without a query box" in text
+
+
+def test_stratify_summary_line_survives_long_run_paths(tmp_path, capsys):
+    """The run paths label the comparison; under a long temporary directory the summary used to be
+    the table's title, which rich wrapped to the table's width, splitting "median ratio" (a CI
+    clone failed on it). The summary is one plain line whatever the paths' length."""
+    import shutil
+
+    from rscale.cli import main
+    data, runs, _ = _benchmark(tmp_path)
+    deep = tmp_path / ("a-long-experiment-directory-name-" * 3) / "runs"
+    deep.mkdir(parents=True)
+    moved = {k: Path(shutil.copy(v, deep / v.name)) for k, v in runs.items() if k in ("base", "treat")}
+    assert main(["o2i", "stratify", str(moved["base"]), str(moved["treat"]), "--layout", str(data)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = [x for x in lines if "median ratio" in x]
+    assert len(summary) == 1 and str(moved["treat"]) in summary[0] and str(moved["base"]) in summary[0]
+    assert "left out: 1 without a query box, 1 without positive boxes" in summary[0]
 
 
 @pytest.mark.parametrize("case, message", [

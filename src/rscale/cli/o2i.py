@@ -125,7 +125,8 @@ def compare(run_a: str = typer.Argument(..., help="Run A (reference): an exact e
         return
     from rich.table import Table
 
-    table = Table(title=f"{res.label_b} - {res.label_a} on {res.n_queries} queries ({res.confidence:.0%} CI, {res.ci_method})")
+    typer.echo(f"{res.label_b} - {res.label_a} on {res.n_queries} queries ({res.confidence:.0%} CI, {res.ci_method})")
+    table = Table()                       # the summary above, not a title: rich would wrap the run paths
     for col in ("measure", "test", "A", "B", "effect", "CI", "p", "p (Holm)"):
         table.add_column(col)
     for r in res.rows:
@@ -168,8 +169,11 @@ def stratify(baseline: str = typer.Argument(..., help="Baseline run: an exact ev
     ex = res.excluded
     left = f"; left out: {ex['no_query_box']} without a query box, {ex['no_positive_box']} without positive boxes" \
         if any(ex.values()) else ""
-    table = Table(title=f"{res.label_treatment} - {res.label_baseline} by query/positive O2I ratio, "
-                        f"{res.query_ids.size} queries, median ratio {res.median_ratio:.2f}x{left}")
+    # the summary is a plain line, not the table's title: rich wraps a title to the table's width,
+    # and the labels are run paths of any length
+    typer.echo(f"{res.label_treatment} - {res.label_baseline} by query/positive O2I ratio, "
+               f"{res.query_ids.size} queries, median ratio {res.median_ratio:.2f}x{left}")
+    table = Table()
     for col in ("ratio", "n", "measure", "test", "baseline", "treatment", "gain", "CI", "p", "p (Holm)"):
         table.add_column(col)
 
