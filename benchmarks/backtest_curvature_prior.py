@@ -31,7 +31,7 @@ import sys
 import numpy as np
 from scipy import stats
 
-from backtest_handicap_rules import increments, interval as union_interval, load
+from backtest_handicap_rules import increments, interval as union_interval, load, ols_band
 
 
 def design(r):
@@ -65,25 +65,18 @@ def prior_band(r, mu, tau2, level=0.95):
     """e_11 + the t band of one new increment at U, with b ~ N(mu, tau2) as a pseudo-observation."""
     x, d, xf = design(r)
     _, _, s = own_fit(r)
-    if tau2 <= 0:  # full pooling: b fixed, fit a and c on d - mu u^2
-        x2 = x[:, [0, 2]]
-        y = d - mu * x[:, 1]
-        beta = np.linalg.lstsq(x2, y, rcond=None)[0]
-        dof = len(y) - 2
-        s2 = np.sqrt(np.sum((y - x2 @ beta) ** 2) / dof)
-        xf2 = xf[[0, 2]]
-        point = float(xf2 @ beta) + mu * xf[1]
-        half = stats.t.ppf(0.5 + level / 2, dof) * s2 * np.sqrt(1 + xf2 @ np.linalg.pinv(x2.T @ x2) @ xf2)
-    else:
-        k = s / np.sqrt(tau2)
-        xa = np.vstack([x, [0.0, k, 0.0]])
-        ya = np.r_[d, k * mu]
-        beta = np.linalg.lstsq(xa, ya, rcond=None)[0]
-        dof = len(d) - 2
-        s2 = np.sqrt(np.sum((d - x @ beta) ** 2) / dof)
-        point = float(xf @ beta)
-        half = stats.t.ppf(0.5 + level / 2, dof) * s2 * np.sqrt(1 + xf @ np.linalg.pinv(xa.T @ xa) @ xf)
     e11 = r["errors"]["1,1"][0]
+    if tau2 <= 0:  # full pooling: b fixed at mu, a and c fitted to what it leaves
+        lo, hi = ols_band(x[:, [0, 2]], d - mu * x[:, 1], xf[[0, 2]], level)
+        return e11 + mu * xf[1] + lo, e11 + mu * xf[1] + hi
+    k = s / np.sqrt(tau2)
+    xa = np.vstack([x, [0.0, k, 0.0]])
+    ya = np.r_[d, k * mu]
+    beta = np.linalg.lstsq(xa, ya, rcond=None)[0]
+    dof = len(d) - 2
+    s2 = np.sqrt(np.sum((d - x @ beta) ** 2) / dof)
+    point = float(xf @ beta)
+    half = stats.t.ppf(0.5 + level / 2, dof) * s2 * np.sqrt(1 + xf @ np.linalg.pinv(xa.T @ xa) @ xf)
     return e11 + point - half, e11 + point + half
 
 
