@@ -448,20 +448,11 @@ def warm_up() -> None:
     from rscale import api
     assert api.estimate and api.register and api.query       # rscale.api binds its names on first use
     from rscale.producers import lineage
-    if lineage._mlflow() is not None:          # the store's import and schema check, not a run
-        import mlflow
-        # one worker at a time: on a fresh cache each would create the SQLite schema, and two at
-        # once fail ("duplicate column name"), which broke the pool at its start
-        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-        if not uri.startswith("sqlite:///"):        # a server or another store sets itself up
-            mlflow.get_experiment_by_name(lineage.EXPERIMENT)
-        else:
-            db = Path(uri.removeprefix("sqlite:///"))
-            with open(f"{db}.lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if mlflow.get_experiment_by_name(lineage.EXPERIMENT) is None:   # nor create it twice
-                    mlflow.create_experiment(lineage.EXPERIMENT,
-                                             artifact_location=(db.parent / "mlartifacts").as_uri())
+    mlflow = lineage._mlflow()
+    if mlflow is not None:          # the store's import and schema check, not a run
+        # producer_run's own set-up (a file lock around a fresh SQLite store's first touch), so
+        # that workers starting at once on a fresh cache do not race
+        lineage.experiment_id(mlflow)
     assert rscale.__file__
 
 

@@ -12,8 +12,10 @@ weights' digest and the image lists without asking MLflow.
 
 Tracking store: ``$MLFLOW_TRACKING_URI`` when set, else a local SQLite file
 ``mlruns.db`` in the working directory, with artifacts under ``mlartifacts/`` (an explicit location,
-so nothing lands in odd places). MLflow is optional (the ``lineage`` extra): without it the run
-id is None and the digests still travel in the artifacts' metadata.
+so nothing lands in odd places). A fresh SQLite store is set up under a file lock
+(:func:`experiment_id`), so stages started at once on a fresh directory do not race. MLflow is
+optional (the ``lineage`` extra): without it the run id is None and the digests still travel in
+the artifacts' metadata.
 """
 
 from __future__ import annotations
@@ -85,6 +87,35 @@ def _mlflow():
     return mlflow
 
 
+def experiment_id(mlflow) -> str:
+    """The id of the ``rscale`` experiment in the current tracking store, created on first use.
+
+    A local SQLite store (``sqlite:///<file>``, the default) is first touched under an exclusive
+    lock on ``<file>.lock``: MLflow creates the schema of a fresh file on first touch, and two
+    processes doing that at once (parallel stages on a fresh working directory) fail with
+    "duplicate column name", or both create the experiment. The lock serialises only that first
+    touch per process and store; runs are logged without it. Other stores (a tracking server)
+    set themselves up. A new experiment keeps its artifacts in ``mlartifacts/`` next to the
+    store's file (the working directory for other stores)."""
+    uri = mlflow.get_tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        return _get_or_create_experiment(mlflow, Path("mlartifacts").resolve())
+    db = Path(uri.removeprefix("sqlite:///"))
+    try:
+        import fcntl
+    except ImportError:                      # no POSIX locks (Windows): unguarded, as before
+        return _get_or_create_experiment(mlflow, db.parent / "mlartifacts")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _get_or_create_experiment(mlflow, db.parent / "mlartifacts")
+
+
+def _get_or_create_experiment(mlflow, artifacts: Path) -> str:
+    exp = mlflow.get_experiment_by_name(EXPERIMENT)
+    return exp.experiment_id if exp else mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts.resolve().as_uri())
+
+
 class RunRecord:
     """What a producer reports while it runs; ``run_id`` is None without MLflow."""
 
@@ -118,9 +149,7 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
     logging.getLogger("mlflow").setLevel(logging.WARNING)   # no INFO chatter on every stage
     if not os.environ.get("MLFLOW_TRACKING_URI"):
         mlflow.set_tracking_uri("sqlite:///" + os.path.abspath("mlruns.db"))
-    exp = mlflow.get_experiment_by_name(EXPERIMENT)
-    exp_id = exp.experiment_id if exp else mlflow.create_experiment(
-        EXPERIMENT, artifact_location=Path("mlartifacts").resolve().as_uri())
+    exp_id = experiment_id(mlflow)
     start = time.perf_counter()
     with mlflow.start_run(experiment_id=exp_id, run_name=stage) as run:
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
