@@ -10,7 +10,7 @@ from scipy.stats import t as student_t
 from rscale import sim
 from rscale.core.estimators.methods import estimate
 from rscale.core.interval import metric_intervals, predicted_intervals
-from rscale.core.prediction import predict_per_query
+from rscale.core.prediction import predict_per_query, replicate_per_query
 from rscale.core.replicates import hardness_replicates
 from rscale.core.uncertainty import percentile_ci, query_bootstrap
 from rscale.errors import InvalidArgumentError
@@ -137,7 +137,9 @@ def test_backtest_widens_the_interval_of_a_biased_estimator_until_it_covers(bias
     bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=factors)
     (pq, lo0, hi0, none), = predicted_intervals(est, [("AP", 1000, n)])
     (_, lo, hi, b), = predicted_intervals(est, [("AP", 1000, n)], backtest=bt)
-    assert none is None and not lo0 <= truth <= hi0           # the replicates alone miss: bias, not spread
+    reps = replicate_per_query(est, "AP", n, 1000)
+    _, lo_r, hi_r = metric_intervals(pq[None], reps[None])          # no gallery-noise term, no back-test
+    assert none is None and not lo_r[0] <= truth <= hi_r[0]   # the replicates alone miss: bias, not spread
     assert pq.mean() - truth < -0.01 and b.at_n < -0.01        # the back-test sees the bias, its sign included
     assert b.factor == 4 and b.shares == 2                     # f = 10 beyond the largest factor: from 4
     assert b.low < 0 and hi - hi0 == pytest.approx(-b.low)        # reaches up by the band's far end

@@ -455,7 +455,8 @@ def test_one_interval_for_query_predict_and_curve_from_the_stored_replicates(tmp
         assert [r["ci_kind"] for r in q + p] == [kind] * 8 and c["ci_kind"] == kind
         assert [(r["value"], r["ci_low"], r["ci_high"]) for r in q] == [(r["value"], r["ci_low"], r["ci_high"]) for r in p]
         assert (c["ci_low"], c["ci_high"]) == ([q[0]["ci_low"], q[1]["ci_low"]], [q[0]["ci_high"], q[1]["ci_high"]])
-    # the benchmark interval by hand: t_{pairs} x RMS of the half-sample pair differences
+    # the benchmark interval by hand: t_{pairs} x RMS of the half-sample pair differences, and in
+    # quadrature z x the realised value's sd over galleries under the point hardness
     from rscale.store.hardness_file import read_hardness
     est, _ = read_hardness(h)
     m = np.array([per_query(Hardness.from_flat(est.replicates[:, r], est.offsets), "AP", 1e8, 1000).mean()
@@ -463,8 +464,14 @@ def test_one_interval_for_query_predict_and_curve_from_the_stored_replicates(tmp
     sd = np.sqrt(np.mean(((m[0::2] - m[1::2]) / 2) ** 2))
     row = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg)["rows"][0]
     assert sd > 0 and row["ci_kind"] == "benchmark"
-    assert row["ci_high"] - row["value"] == pytest.approx(student_t.ppf(0.975, 4) * sd, rel=1e-9)
-    assert row["value"] - row["ci_low"] == pytest.approx(student_t.ppf(0.975, 4) * sd, rel=1e-9)
+    from scipy.stats import norm
+
+    from rscale.core.gallery_noise import realised_sd
+    g = realised_sd(est.x, est.offsets, "AP", 1e8, 1000, draws=int(np.clip(1_000_000 // est.x.size, 16, 256)))
+    assert g > 0
+    half = np.hypot(student_t.ppf(0.975, 4) * sd, norm.ppf(0.975) * g)
+    assert row["ci_high"] - row["value"] == pytest.approx(half, rel=1e-9)
+    assert row["value"] - row["ci_low"] == pytest.approx(half, rel=1e-9)
     # the population interval adds the query bootstrap: wider on both sides
     pop = api.query("mAP@1000 at N=1e8 for sim_gaussian", reg, ci_kind="population")["rows"][0]
     assert pop["ci_low"] < row["ci_low"] and pop["ci_high"] > row["ci_high"] and pop["value"] == row["value"]

@@ -10,7 +10,10 @@ Two targets, named on every row by ``ci_kind``:
   (m_a, m_b) the mean metric of pair i and v the point prediction,
   sd = sqrt(mean_i ((m_a - m_b) / 2)^2) and the interval is v +- t_{P, (1+level)/2} * sd: a t
   interval, since P is small (8) and each pair gives one independent variance estimate (a
-  percentile interval of 16 values would have the extreme replicates as its ends).
+  percentile interval of 16 values would have the extreme replicates as its ends). The realised
+  value also varies from gallery to gallery around what the law predicts (K_j ~ Bin(N, x_j)),
+  which no replicate carries: its sd g (:mod:`rscale.core.gallery_noise`, computed under the
+  point hardness) adds in quadrature, half-width sqrt((t sd)^2 + (z g)^2).
 - ``population``: the same for the population of queries the benchmark samples: the replicate
   term and the percentile query bootstrap (:func:`rscale.core.uncertainty.query_bootstrap`) are
   independent error sources and add in variance, each side: v - sqrt((t sd)^2 + (v - b_lo)^2).
@@ -32,7 +35,8 @@ replicates (a version-1 file) has no benchmark interval (NaN bounds); its popula
 is the query bootstrap alone, and callers say so.
 
 A paired difference of two versions A - B (:func:`difference_intervals`) is the same interval of
-the per-query differences: replicate r of A minus replicate r of B, point minus point, the band
+the per-query differences (without the gallery-noise term: the two backbones rank the same
+gallery, and how their realised noises correlate is not known from either's hardness): replicate r of A minus replicate r of B, point minus point, the band
 carried from share i's error of A minus that of B (:func:`rscale.core.backtest.difference_error`).
 Pairing is valid only when replicate r of both was made from the
 same half of the same distractors (:func:`rscale.core.replicates.split_key`); then what the two
@@ -146,8 +150,12 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     is the cell's :class:`rscale.core.backtest.BacktestError` or None (f <= 1, in-pool, nothing
     stored)."""
     pqs, reps, bts = _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, backtest, level)
+    gsd = None
+    if reps is not None:
+        from rscale.core.prediction import gallery_sd
+        gsd = np.array([gallery_sd(est, metric, n, k, in_pool_counts=in_pool_counts) for metric, k, n in cells])
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=_bands(bts))
+                                 backtest=_bands(bts), gallery_sd=gsd)
     return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
 
 

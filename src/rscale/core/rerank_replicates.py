@@ -119,8 +119,9 @@ def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: in
     nested (a distractor that reranks above a positive with a higher rerank score also beats one
     with a lower): drawn as M_(1) ~ Bin(m, rho_(1)), M_(i) = M_(i-1) + Bin(m - M_(i-1),
     (rho_(i) - rho_(i-1)) / (1 - rho_(i-1))) in increasing rho. Survivors l and the slice w are
-    the plug-in's (the first stage's own Binomial noise is left out, as in the first stage's
-    interval). Queries are independent: sd = sqrt(sum_q Var_q) / Q, each Var_q from ``draws``
+    the plug-in's (the first stage's own Binomial noise, which the first-stage interval
+    carries (:mod:`rscale.core.gallery_noise`), is left out here). Queries are independent:
+    sd = sqrt(sum_q Var_q) / Q, each Var_q from ``draws``
     Monte Carlo galleries (seeded: the same input gives the same sd).
 
     Example: one query, one positive with rho = 0.001 at w, m = 999: M ~ Bin(999, 0.001) and
