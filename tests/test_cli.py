@@ -294,3 +294,19 @@ def test_the_pipeline_demo_names_the_estimator_that_answered(capsys):
     assert "evt-eb [95% CI]" in out
     _print_pipeline_demo([row, {**row, "estimator": "evt-paper"}], "registry")
     assert "evt-eb, evt-paper [95% CI]" in capsys.readouterr().out
+
+
+def test_the_pipeline_demo_prints_its_registry_on_one_line(capsys, tmp_path):
+    # regression: the registry path was the rich table's title, which rich wraps to the table's
+    # width, so under a long directory "next to the exact value" split across lines (the same
+    # mechanism as o2i stratify's summary, fixed in efe49b5)
+    from rscale.cli.querying import _print_pipeline_demo
+
+    registry = tmp_path / ("a-long-experiment-directory-name-" * 4) / "registry"
+    row = {"query": "mAP@1000 at N=1e8 for sim_x", "version": "v1", "S": 5000, "truth": 0.5,
+           "truth_kind": "simulated, exact", "predicted": 0.51, "ci_low": 0.49, "ci_high": 0.53,
+           "evaluate_at_s": 0.6, "count": 0.55, "estimator": "evt-eb"}
+    _print_pipeline_demo([row], registry)
+    lines = capsys.readouterr().out.splitlines()
+    heading = [x for x in lines if "next to the exact value" in x]
+    assert len(heading) == 1 and str(registry) in heading[0]

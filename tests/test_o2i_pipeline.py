@@ -239,7 +239,11 @@ def test_compare_cli_on_two_o2i_conditions(run, capsys):
     assert res["queries"] == len(keys) and r1["measure"] == "R@1"
     assert r1["effect"] == pytest.approx(np.mean([gp[k] == 1 for k in keys]) - np.mean([base[k] == 1 for k in keys]))
     assert main(["compare", f"{out}#vit/baseline", f"{out}#vit/gp"]) == 0
-    assert "p (Holm)" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert any("p (Holm)" in x for x in lines)
+    # the summary names both runs on one line (not a title rich would wrap to the table's width)
+    summary = [x for x in lines if f"on {len(keys)} queries" in x]
+    assert len(summary) == 1 and "vit/gp" in summary[0] and "vit/baseline" in summary[0]
     assert main(["compare", f"{out}#nope/gp", f"{out}#vit/gp"]) == 2
     assert "no condition 'gp' for backbone 'nope'" in capsys.readouterr().err
 

@@ -209,7 +209,10 @@ def demo(
 
 def _print_pipeline_demo(rows, registry) -> None:
     from rich.table import Table
-    table = Table(title=f"rscale query answers from {registry} next to the exact value")
+    # a plain line, not the table's title: rich wraps a title to the table's width, and the
+    # registry is a path of any length
+    typer.echo(f"rscale query answers from {registry} next to the exact value")
+    table = Table()
     table.caption = ("exact: the simulator's exact realised value, or the full pool scored by the same engine; "
                      "evaluate-at-S: the metric on the sample alone; count: hardness c/S extrapolated")
     estimators = ", ".join(sorted({str(r["estimator"]) for r in rows})) or "prediction"   # what answered, not a name fixed here
