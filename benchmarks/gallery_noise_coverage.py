@@ -10,6 +10,7 @@ replicates' t half-width, the back-test band) twice: without the gallery-noise t
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/gallery_noise_coverage.py --cache DIR [--sets a,b]
          [--fractions 0.01,0.05] [--method evt-eb]
+     PYTHONPATH=src .venv/bin/python benchmarks/gallery_noise_coverage.py --speed   # its cost and precision
 """
 from __future__ import annotations
 
@@ -62,14 +63,90 @@ def cell_rows(cache: Path, sets, fractions, method: str):
                    "lo1": float(lo1[0]), "hi1": float(hi1[0])}
 
 
+def _tables(queries: int):
+    """The tables the cost is measured on: three simulated (a large one of ``queries`` queries, a
+    1,000-query near-duplicate one, a 300-query one) and the committed real sets' first 5% draws
+    fitted with evt (the hardness a user's table holds: few queries carry the noise there)."""
+    import tempfile
+
+    from rscale import api, sim
+    from rscale.sim.benchmark import HardnessLaw, SimSpec
+    from rscale.store.hardness_file import read_hardness
+    for fam, hl, nq in [("gaussian", HardnessLaw("power", 1.2, 1e-10, 1e-2), queries),
+                        ("neardup", HardnessLaw("loguniform", 0.0, 1e-10, 1e-3), 1000),
+                        ("gaussian", HardnessLaw("power", 1.5, 1e-10, 1e-2), 300)]:
+        b = sim.simulate(SimSpec(family=fam, n_queries=nq, hardness=hl), seed=3)
+        yield f"simulated {fam}/{hl.kind}", b.pos_x, b.pos_offsets, 1e8
+    for name in ("realset", "realset2"):
+        data = HERE / name / "data"
+        pool = float(json.loads((data / "manifest.json").read_text())["pool"])
+        with tempfile.TemporaryDirectory() as tmp:
+            api.estimate(data / "draw-05pct-0.sample_stats.parquet", "evt", out=Path(tmp) / "h.parquet")
+            est, _ = read_hardness(Path(tmp) / "h.parquet")
+        for n in (pool, 1e8):
+            yield f"{name} 5% draw 0 (evt), N = {n:.3g}", est.x, est.offsets, n
+
+
+def speed(queries: int = 10_000, rounds: int = 5, seeds: int = 20) -> None:
+    """What the term costs a new (measure, N) cell, and how precise it is, on several tables: the
+    shipped rule (as many galleries as rscale.core.gallery_noise.PRECISION needs) beside the fixed
+    budget it replaced (about 1M positive-draws, 16-256 galleries) and the point prediction it
+    joins (one expected-mode evaluation: a new cell makes 21 of them with the interval). mAP@1000;
+    cost: median of ``rounds`` calls; precision: the sd over ``seeds`` seeds, relative to a
+    reference of 2,000 galleries."""
+    import time
+
+    from rscale.core import gallery_noise as gn
+    from rscale.core import law
+
+    def ms(f):
+        out = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            f()
+            out.append(1e3 * (time.perf_counter() - t))
+        return float(np.median(out))
+
+    print("| table | queries | positives | g (2,000 galleries) | point, expected mode | fixed budget: galleries, ms, rel. sd "
+          "| shipped: galleries, ms, rel. sd | cost ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, x, off, n in _tables(queries):
+        calls = []
+        real = gn.nested_counts
+
+        def counting(*a):
+            calls.append(a[3])
+            return real(*a)
+        gn.nested_counts = counting
+        try:
+            gn.realised_sd(x, off, "AP", n, 1000)
+        finally:
+            gn.nested_counts = real
+        fixed = int(np.clip(1_000_000 // x.size, 16, 256))
+        ref = gn.realised_sd(x, off, "AP", n, 1000, draws=2000, seed=1)
+        h = law.Hardness.from_flat(x, off)
+        point = ms(lambda: law.per_query(h, "AP", n, 1000, "expected"))
+        t_fixed = ms(lambda: gn.realised_sd(x, off, "AP", n, 1000, draws=fixed))
+        t_new = ms(lambda: gn.realised_sd(x, off, "AP", n, 1000))
+        sd_fixed = np.std([gn.realised_sd(x, off, "AP", n, 1000, draws=fixed, seed=s) for s in range(seeds)]) / ref
+        sd_new = np.std([gn.realised_sd(x, off, "AP", n, 1000, seed=s) for s in range(seeds)]) / ref
+        print(f"| {label} | {off.size - 1} | {x.size} | {ref:.5f} | {point:.1f} ms | {fixed}, {t_fixed:.1f} ms, {sd_fixed:.1%} | "
+              f"{sum(calls)}, {t_new:.1f} ms, {sd_new:.1%} | {t_new / t_fixed:.2f}x |")
+
+
 def main(argv=None):
     import accuracy as A
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", required=True)
+    ap.add_argument("--cache")
+    ap.add_argument("--speed", action="store_true", help="only the term's cost and precision (shipped rule beside the fixed budget it replaced)")
     ap.add_argument("--sets", default=None, help="comma-separated (default: realset, realset2 and every simulator set)")
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--method", default="evt-eb")
     args = ap.parse_args(argv)
+    if args.speed:
+        return speed()
+    if not args.cache:
+        ap.error("--cache is required (the accuracy table's cache holding the fits)")
     sets = args.sets.split(",") if args.sets else ["realset", "realset2", *A.SETS]
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = list(cell_rows(Path(args.cache), sets, fractions, args.method))

@@ -9,7 +9,7 @@ model's parameters), never this; :func:`realised_sd` computes it, and the interv
 (:func:`rscale.core.interval.metric_intervals`, ``gallery_sd``) adds it in quadrature, as the
 reranked metric's outranking noise already was (:func:`rscale.core.rerank_replicates.gallery_sd`).
 
-How: ``draws`` Monte Carlo galleries under the point hardness. The counts of one query are
+How: Monte Carlo galleries under the point hardness. The counts of one query are
 nested (a distractor that outranks a positive outranks every harder one too): in order of
 increasing x, K_(1) ~ Bin(N, x_(1)), K_(i) = K_(i-1) + Bin(N - K_(i-1), (x_(i) - x_(i-1)) /
 (1 - x_(i-1))), exactly the joint law of the counts. Each draw's per-query metric is the law's
@@ -18,6 +18,16 @@ Queries are independent, so sd = sqrt(sum_q Var_q) / Q, each Var_q over the draw
 the same hardness gives the same sd in every command). When the gallery contains the sample
 (``rscale predict --in-pool``) the sampled counts c are fixed and only the N - S unseen
 distractors vary: K_j = c_j + their nested counts.
+
+How many galleries: as many as the term's own precision needs, not a fixed budget. The sum of
+Q per-query variances, each estimated from D draws, has a relative sd of about
+sqrt(2 / ((D - 1) Q_eff)), Q_eff = (sum_q Var_q)^2 / sum_q Var_q^2 (the number of queries that
+carry the noise). :data:`FIRST_DRAWS` galleries are drawn; if Q_eff estimated from them asks for
+more to reach :data:`PRECISION`, the rest are drawn from the same seeded stream, up to
+:data:`MAX_DRAWS`. So a table of thousands of queries stops at 8 galleries (the term to ~1-2%,
+measured), a table of a few dozen draws about a hundred. The earlier fixed budget (about 1M
+positive-draws, 16-256 galleries) spent ~85 ms of a 1,000-query table's ~210 ms new-cell query
+on a term already known to 1% (docs/benchmarks.md, "The realised value's gallery noise").
 
 Measured against the simulator's realised truth (tests/test_gallery_noise.py): the sd over
 sim.truth galleries of one benchmark. Size on the simulator sets: about 0.001-0.003 of mAP@1000
@@ -34,7 +44,9 @@ import numpy as np
 from rscale.core import law, ragged
 from rscale.errors import InvalidArgumentError
 
-DRAWS = 32          # galleries per cell: the sd to ~13% (a term added in quadrature to the rest)
+FIRST_DRAWS = 8     # galleries always drawn
+MAX_DRAWS = 256     # the most a cell draws (a handful of queries)
+PRECISION = 0.05    # the term's own Monte Carlo sd, relative: it adds in quadrature to the rest
 SEED = 4111
 
 
@@ -66,25 +78,49 @@ def nested_counts(x_sorted: np.ndarray, offsets: np.ndarray, total, draws: int,
     return out
 
 
+def draws_needed(per_query_var: np.ndarray, drawn: int, precision: float = PRECISION) -> int:
+    """How many galleries the sum of ``per_query_var`` (each estimated from ``drawn`` draws) needs
+    for a relative sd of ``precision``: 1 + 2 / (precision^2 Q_eff), at least ``drawn``, at most
+    :data:`MAX_DRAWS` (module docstring)."""
+    v = np.asarray(per_query_var, dtype=np.float64)
+    total = float(v.sum())
+    if total <= 0.0:                           # no query varies: the term is 0, exactly
+        return drawn
+    q_eff = total * total / float(np.dot(v, v))
+    return int(np.clip(np.ceil(1.0 + 2.0 / (precision * precision * q_eff)), drawn, MAX_DRAWS))
+
+
 def realised_sd(x: np.ndarray, offsets: np.ndarray, metric: str, n: float, k: int | None, *,
                 base_counts: np.ndarray | None = None, n_sampled: np.ndarray | None = None,
-                draws: int = DRAWS, seed: int = SEED) -> float:
+                draws: int | None = None, seed: int = SEED) -> float:
     """The sd over galleries of ``n`` distractors of the realised benchmark value (the mean over
     queries of ``metric`` at cut-off ``k``) under the hardness ``x`` (P,), any order within a
     query. ``base_counts`` (P,) with ``n_sampled`` (Q,): the gallery contains the sample, whose
-    counts are fixed; the n - S_q unseen distractors vary."""
-    if draws < 2:
+    counts are fixed; the n - S_q unseen distractors vary. ``draws``: that many galleries; None
+    (the default, what every command uses): as many as :data:`PRECISION` needs (module docstring)."""
+    if draws is not None and draws < 2:
         raise InvalidArgumentError(f"draws must be >= 2, got {draws}")
     x = np.asarray(x, dtype=np.float64)
     off = ragged.check_offsets(offsets, x.size)
     ni = int(round(float(n)))
     order = ragged.sort_within_groups(x, off)
+    x_sorted = x[order]
     total = ni
+    base = None
     if base_counts is not None:
         total = ni - np.asarray(n_sampled, dtype=np.int64)
-    counts = nested_counts(x[order], off, total, draws, np.random.default_rng([seed, 5]))
-    if base_counts is not None:
-        counts += np.asarray(base_counts, dtype=np.int64)[order][None, :]
-    h = law.Hardness.from_counts(counts, off, float(ni))
-    v = law.per_query(h, metric, float(ni), k, "plugin")            # (draws, Q)
+        base = np.asarray(base_counts, dtype=np.int64)[order][None, :]
+    rng = np.random.default_rng([seed, 5])
+
+    def metric_draws(d: int) -> np.ndarray:                                # (d, Q)
+        counts = nested_counts(x_sorted, off, total, d, rng)
+        if base is not None:
+            counts += base
+        return law.per_query(law.Hardness.from_counts(counts, off, float(ni)), metric, float(ni), k, "plugin")
+
+    v = metric_draws(draws if draws is not None else FIRST_DRAWS)
+    if draws is None:
+        more = draws_needed(np.var(v, axis=0, ddof=1), v.shape[0]) - v.shape[0]
+        if more > 0:
+            v = np.concatenate([v, metric_draws(more)])
     return float(np.sqrt(np.var(v, axis=0, ddof=1).sum()) / v.shape[1])

@@ -128,17 +128,15 @@ def replicate_per_query(est: HardnessEstimate, metric: str, n: float, k: int | N
 def gallery_sd(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
                in_pool_counts: np.ndarray | None = None) -> float:
     """The sd over galleries of ``n`` distractors of the realised benchmark value under the
-    estimate's point hardness (:func:`rscale.core.gallery_noise.realised_sd`; with
-    ``in_pool_counts`` the gallery contains the sample and only its n - S unseen distractors
-    vary). Kept with a registry-cached estimate like its predictions. The draws are budgeted at
-    about 1M positive-draws (16 to 256 galleries) so that the term costs ~50 ms at 60k positives."""
+    estimate's point hardness (:func:`rscale.core.gallery_noise.realised_sd`, as many galleries
+    as its precision needs; with ``in_pool_counts`` the gallery contains the sample and only its
+    n - S unseen distractors vary). Kept with a registry-cached estimate like its predictions."""
     from rscale.core.gallery_noise import realised_sd
-    draws = int(np.clip(1_000_000 // max(est.x.size, 1), 16, 256))
     if in_pool_counts is not None:
         return float(realised_sd(est.x, est.offsets, metric, n, k, base_counts=in_pool_counts,
-                                 n_sampled=est.n_sampled, draws=draws))
-    value = _memoised(est, ("gallery", metric, n, k, draws),
-                      lambda: np.array(realised_sd(est.x, est.offsets, metric, n, k, draws=draws)))
+                                 n_sampled=est.n_sampled))
+    value = _memoised(est, ("gallery", metric, n, k),
+                      lambda: np.array(realised_sd(est.x, est.offsets, metric, n, k)))
     return float(value)
 
 
