@@ -132,6 +132,36 @@ def speed(queries: int = 10_000, rounds: int = 5, seeds: int = 20) -> None:
         sd_new = np.std([gn.realised_sd(x, off, "AP", n, 1000, seed=s) for s in range(seeds)]) / ref
         print(f"| {label} | {off.size - 1} | {x.size} | {ref:.5f} | {point:.1f} ms | {fixed}, {t_fixed:.1f} ms, {sd_fixed:.1%} | "
               f"{sum(calls)}, {t_new:.1f} ms, {sd_new:.1%} | {t_new / t_fixed:.2f}x |")
+    rerank_speed(ms, seeds)
+
+
+def rerank_speed(ms, seeds: int, queries: int = 1000) -> None:
+    """The reranked term (rscale.core.rerank_replicates.gallery_sd) under the same rule, beside the
+    fixed 200 galleries it replaced: ``queries`` queries of 3 positives that survive the first
+    stage, the Gaussian rerank model's exact joint tails (as tests/test_rerank_gallery_noise.py
+    builds them), N = 3,000, K' = 100."""
+    from rscale.core import rerank_law as law
+    from rscale.core import rerank_replicates as rr
+    from rscale.sim.rerank import GaussianRerankModel
+    rng = np.random.default_rng(5)
+    model = GaussianRerankModel(0.7)
+    n, depth = 3000, 100
+    x = np.sort(rng.uniform(1e-4, 5e-3, (queries, 3)), axis=1).ravel()
+    t = rng.uniform(2.8, 3.6, queries * 3)
+    off = np.arange(queries + 1) * 3
+    fine = np.concatenate([[0.0], np.geomspace(1e-7, 1.0, 400)])
+    h = law.RerankedHardness.build(x, t, off, np.tile(fine, (queries, 1)), model.joint_tail(t, fine))
+    print(f"\nreranked term, {queries} queries x 3 positives, N = {n}, K' = {depth}:")
+    print("| measure | g (2,000 galleries) | fixed 200: ms, rel. sd | shipped: ms, rel. sd | cost ratio |")
+    print("|---|---|---|---|---|")
+    for metric, k in (("AP", depth), ("R", 1)):
+        ref = rr.gallery_sd(h, metric, n, k, depth=depth, draws=2000, seed=1)
+        t_fixed = ms(lambda: rr.gallery_sd(h, metric, n, k, depth=depth, draws=200))
+        t_new = ms(lambda: rr.gallery_sd(h, metric, n, k, depth=depth))
+        sd_fixed = np.std([rr.gallery_sd(h, metric, n, k, depth=depth, draws=200, seed=s) for s in range(seeds)]) / ref
+        sd_new = np.std([rr.gallery_sd(h, metric, n, k, depth=depth, seed=s) for s in range(seeds)]) / ref
+        print(f"| {metric}@{k} | {ref:.5f} | {t_fixed:.1f} ms, {sd_fixed:.1%} | {t_new:.1f} ms, {sd_new:.1%} | "
+              f"{t_new / t_fixed:.2f}x |")
 
 
 def main(argv=None):

@@ -36,6 +36,23 @@ def test_one_positive_is_a_binomial(metric, k):
         want / 4, rel=0.05)
 
 
+def test_default_draws_reach_the_terms_precision(monkeypatch):
+    """Without ``draws`` the term takes as many galleries as its precision needs (the first-stage
+    rule, rscale.core.gallery_noise.draws_needed): 16 equal queries ask for about 1 + 2 / (0.05^2 16)
+    = 51 after the first 8 (Q_eff as those 8 estimate it), and land within a few percent of the
+    exact sd."""
+    import rscale.core.rerank_replicates as rr
+    h = constant_rho(0.02, 0.0, 1.0, 16)
+    pmf = stats.binom.pmf(np.arange(101), 100, 0.02)
+    want = np.sqrt(pmf @ (1.0 / (1.0 + np.arange(101))) ** 2 - (pmf @ (1.0 / (1.0 + np.arange(101)))) ** 2) / 4
+    passes = []
+    real = rr._outranking_variance
+    monkeypatch.setattr(rr, "_outranking_variance", lambda *a: passes.append(a[-2]) or real(*a))
+    got = [gallery_sd(h, "AP", 1e4, 101, depth=101, seed=s) for s in range(10)]
+    assert passes[0] == 8 and 30 < passes[1] < 120
+    assert np.mean(got) == pytest.approx(want, rel=0.05) and np.std(got) / want < 0.1
+
+
 def test_a_positive_nobody_outranks_has_no_gallery_noise():
     assert gallery_sd(constant_rho(0.0, 0.0, 1.0, 4), "AP", 1e4, 101, depth=101) == 0.0
 

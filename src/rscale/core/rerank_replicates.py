@@ -106,7 +106,7 @@ def reranked_sets(inp: RerankedInput, x, x_replicates=None):
                    for r, h in enumerate(inp.halves)]
 
 
-def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: int = 200, seed: int = 0) -> float:
+def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: int | None = None, seed: int = 0) -> float:
     """The standard deviation, over galleries of ``n`` distractors, of the realised benchmark value
     (the mean over queries) of a reranked metric under the law ``h``
     (:class:`rscale.core.rerank_law.RerankedHardness`): the gallery's own outranking noise, which
@@ -121,15 +121,20 @@ def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: in
     (rho_(i) - rho_(i-1)) / (1 - rho_(i-1))) in increasing rho. Survivors l and the slice w are
     the plug-in's (the first stage's own Binomial noise, which the first-stage interval
     carries (:mod:`rscale.core.gallery_noise`), is left out here). Queries are independent:
-    sd = sqrt(sum_q Var_q) / Q, each Var_q from ``draws``
-    Monte Carlo galleries (seeded: the same input gives the same sd).
+    sd = sqrt(sum_q Var_q) / Q, each Var_q from ``draws`` Monte Carlo galleries (seeded: the same
+    input gives the same sd); None (the default): as many as the term's own precision needs, the
+    rule of the first-stage term (:func:`rscale.core.gallery_noise.draws_needed`): a first pass of
+    :data:`~rscale.core.gallery_noise.FIRST_DRAWS` galleries says how many queries carry the noise,
+    and a second pass draws the number that asks for, if larger.
 
     Example: one query, one positive with rho = 0.001 at w, m = 999: M ~ Bin(999, 0.001) and
     AP = 1 / (1 + M) has sd ~0.36 over galleries."""
     from rscale.core.rerank_law import SurvivorGrid, _check
 
+    from rscale.core.gallery_noise import FIRST_DRAWS, draws_needed
+
     k, depth, n = _check(metric, k, depth, n, "plugin")
-    if draws < 2:
+    if draws is not None and draws < 2:
         raise InvalidArgumentError(f"draws must be >= 2, got {draws}")
     rng = np.random.default_rng([seed, 17])
     grid = SurvivorGrid.build(h, n, depth)
@@ -137,12 +142,19 @@ def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: in
     rho = np.where(alive, grid.rho, 2.0)                    # the dead sort last and are never counted
     qn, g = rho.shape
     order = np.argsort(rho, axis=1, kind="stable")
-    var = np.zeros(qn)
-    block = max(1, 2_000_000 // (draws * g))                 # bounded memory: queries in blocks
-    for lo in range(0, qn, block):
-        sl = slice(lo, min(lo + block, qn))
-        var[sl] = _outranking_variance(rho[sl], order[sl], jp[sl], alive[sl], m[sl], sizes[sl], survivors[sl],
-                                       metric, k, draws, rng)
+
+    def per_query_var(d: int) -> np.ndarray:
+        var = np.zeros(qn)
+        block = max(1, 2_000_000 // (d * g))                 # bounded memory: queries in blocks
+        for lo in range(0, qn, block):
+            sl = slice(lo, min(lo + block, qn))
+            var[sl] = _outranking_variance(rho[sl], order[sl], jp[sl], alive[sl], m[sl], sizes[sl], survivors[sl],
+                                           metric, k, d, rng)
+        return var
+
+    var = per_query_var(draws if draws is not None else FIRST_DRAWS)
+    if draws is None and (need := draws_needed(var, FIRST_DRAWS)) > FIRST_DRAWS:
+        var = per_query_var(need)          # a fresh pass: the variances of one pass only (no pooling)
     return float(np.sqrt(var.sum()) / qn)
 
 
