@@ -18,6 +18,9 @@ the error at U = log(N / S) of the full sample (w = 0); the interval is the ship
           rscale.core.backtest.carry_level): a bias growing faster than log f, at a rate that
           depends on the share's excess count; t band of one new increment (n - 3 dof)
 - env:    the union of the lvl and old bands (either may be right)
+- lvl0:   e(1, 1) plus the stored shares' errors at the sample ((2, 2), (4, 4)) less e(1, 1), on u
+          through 0: a level without the shares' own counts (what format 4 already stores), which
+          treats each share's own level as the estimate's; t band of one new error
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/backtest_handicap_rules.py benchmarks/backtest_handicap_design.jsonl [...]
 """
@@ -80,6 +83,10 @@ def band(r, rule):
         u, _, e = points(r, {(2, 2), (4, 4)})
         return ols_band(u[:, None], e, np.array([big_u]))
     e11 = r["errors"]["1,1"][0]
+    if rule == "lvl0":
+        u, _, e = points(r, {(2, 2), (4, 4)})
+        lo, hi = ols_band(u[:, None], e - e11, np.array([big_u]))
+        return e11 + lo, e11 + hi
     u, w, d = increments(r, halves=rule not in ("lvlq", "lvl2q"))
     if rule in ("lvl", "lvlq"):
         lo, hi = ols_band(u[:, None], d, np.array([big_u]))
@@ -106,7 +113,7 @@ def interval(r, rule):
     return min(v, v - hi) - h, max(v, v - lo) + h
 
 
-RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "lvl2q", "lvl2w", "env"]
+RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "lvl2q", "lvl2w", "env", "lvl0"]
 
 
 def main(argv=None):
