@@ -129,9 +129,8 @@ def gallery_sd(h, metric: str, n: float, k: int | None, *, depth: int, draws: in
 
     Example: one query, one positive with rho = 0.001 at w, m = 999: M ~ Bin(999, 0.001) and
     AP = 1 / (1 + M) has sd ~0.36 over galleries."""
-    from rscale.core.rerank_law import SurvivorGrid, _check
-
     from rscale.core.gallery_noise import FIRST_DRAWS, draws_needed
+    from rscale.core.rerank_law import SurvivorGrid, _check
 
     k, depth, n = _check(metric, k, depth, n, "plugin")
     if draws is not None and draws < 2:
