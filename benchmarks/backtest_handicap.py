@@ -16,11 +16,15 @@ design cell this script records every such error, grouped by (factor f, share si
 - (1, 4)  quarter -> its own gallery (4);  (1, 2) half -> its own (16);  (1, 1) the estimate -> the sample (1)
 
 and the estimate's actual error (simulator truth) at N = 2S, 4S, 8S, 16S and at N = 1e8 (the
-m = 1 line the back-test wants to reach). benchmarks/backtest_handicap_rules.py compares carry
+m = 1 line the back-test wants to reach). With ``--eighths`` also the 8 disjoint eighths (8 more
+fits, each on 1/8 of the sample) and, per eighth i, its error at the union of i with the next
+j - 1 eighths in cyclic order (key "j,8", j = 1..8: 8 errors each; j = 1 its own gallery, j = 8
+the sample): a balanced design of 56 increments, not every union (1,016 correlated ones). benchmarks/backtest_handicap_rules.py compares carry
 rules on those rows. Only design data: the held-out sets are refused.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/backtest_handicap.py --set design --method evt
      [--fractions 0.01,0.05] [--out benchmarks/backtest_handicap_design.jsonl]   (appends; cells in it are skipped)
+     [--eighths --out benchmarks/backtest_eighths_design.jsonl]
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def exact_metric(offsets, counts, n_q, metric="AP", k=1000):
     return float(law.per_query(h, metric, n_ref, k, "plugin").mean())
 
 
-def cell(spec, n, s, seed, method="evt", mode="plugin"):
+def cell(spec, n, s, seed, method="evt", mode="plugin", eighths=False):
     from rscale import sim
     from rscale.core.backtest import PER_FACTOR, SEED, disjoint_shares
     from rscale.core.estimators.methods import estimate, stored_params
@@ -75,6 +79,9 @@ def cell(spec, n, s, seed, method="evt", mode="plugin"):
     kwargs = stored_params(method, est.params)
     quarters = disjoint_shares(ss, 4, PER_FACTOR, SEED)
     qx = [estimate(q, method, **kwargs).x for q in quarters]
+    if eighths:
+        eights = disjoint_shares(ss, 8, 8, SEED)
+        ex = [estimate(q, method, **kwargs).x for q in eights]
     secs = time.perf_counter() - t
     off = est.offsets
     assert np.array_equal(sum(q.pos_counts for q in quarters), ss.pos_counts)      # a partition
@@ -98,6 +105,16 @@ def cell(spec, n, s, seed, method="evt", mode="plugin"):
                 nq = sum(quarters[g].n_sampled for g in grp)
                 e.append(float(mean_metric_at(off, qx[i], nq, mode)) - exact_metric(off, cnt, nq))
         errs[f"{j},4"] = e
+    if eighths:
+        assert np.array_equal(sum(q.pos_counts for q in eights), ss.pos_counts)
+        for j in range(1, 9):
+            e = []
+            for i in range(8):
+                grp = [(i + t) % 8 for t in range(j)]
+                cnt = sum(eights[g].pos_counts for g in grp)
+                nq = sum(eights[g].n_sampled for g in grp)
+                e.append(float(mean_metric_at(off, ex[i], nq, mode)) - exact_metric(off, cnt, nq))
+            errs[f"{j},8"] = e
     truth = float(sim.truth(bench, ss, n, "AP", 1000, seed=seed).mean())
     pq = predict_per_query(est, "AP", n, 1000, mode)
     reps = replicate_per_query(est, "AP", n, 1000, mode)
@@ -119,6 +136,7 @@ def main(argv=None):
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--scenarios", type=int, default=None, help="only the first N scenarios of the set")
     ap.add_argument("--out", default="benchmarks/backtest_handicap_design.jsonl")
+    ap.add_argument("--eighths", action="store_true", help="also the 8 disjoint eighths (key 'j,8')")
     a = ap.parse_args(argv)
     if a.which not in DESIGN_SETS:
         raise SystemExit(f"--set {a.which}: not design data")
@@ -133,7 +151,8 @@ def main(argv=None):
         for f in (float(x) for x in a.fractions.split(",")):
             if (a.which, name, f, a.method) in done:
                 continue
-            r = cell(spec, 1e8, int(f * 1e8), seed=7 + offset, method=a.method, mode=mode)
+            r = cell(spec, 1e8, int(f * 1e8), seed=7 + offset, method=a.method, mode=mode,
+                     eighths=a.eighths)
             r.update(scenario=name, fraction=f, set=a.which)
             with out.open("a") as fh:
                 fh.write(json.dumps(r) + "\n")

@@ -18,6 +18,12 @@ the error at U = log(N / S) of the full sample (w = 0); the interval is the ship
           rscale.core.backtest.carry_level): a bias growing faster than log f, at a rate that
           depends on the share's excess count; t band of one new increment (n - 3 dof)
 - env:    the union of the lvl and old bands (either may be right)
+- lvl2w8: lvl2w with the eighths' increments too (rows of ``backtest_handicap.py --eighths``: each
+          eighth over the union of itself and the next j - 1 eighths, j = 2..8, u up to log 8 and
+          w = log 8), the quarters' as in lvl2w (every union)
+- lvl2w8c: the same with every share size in the one balanced design (each share with its next
+          j - 1 in cyclic order: 4 quarters x 3 unions, 8 eighths x 7), so no size counts more
+          because its unions are combinatorially many
 - lvl0:   e(1, 1) plus the stored shares' errors at the sample ((2, 2), (4, 4)) less e(1, 1), on u
           through 0: a level without the shares' own counts (what format 4 already stores), which
           treats each share's own level as the estimate's; t band of one new error
@@ -60,7 +66,16 @@ def ols_band(x, e, xf, level=0.95):
     return point - half, point + half
 
 
-def increments(r, halves=True):
+def _cyclic_index(i, j, g=4):
+    """Index, among ``itertools.combinations`` of the other g - 1 shares taken j - 1 at a time (the
+    order backtest_handicap.py stores the quarters' unions in), of share i's next j - 1 in cyclic order."""
+    import itertools
+    others = [o for o in range(g) if o != i]
+    rest = tuple(sorted((i + t) % g for t in range(1, j)))
+    return list(itertools.combinations(others, j - 1)).index(rest)
+
+
+def increments(r, halves=True, eighths=False, cyclic=False):
     """(u, w, increment) of every share over its own gallery: the same share's error at its
     union targets minus its error at its own (the halves: half i's error at the sample minus at
     its own half; the quarters: each union containing quarter i minus quarter i's own)."""
@@ -73,7 +88,14 @@ def increments(r, halves=True):
     for j, per in ((2, 3), (3, 3), (4, 1)):
         ej = np.array(er[f"{j},4"]).reshape(4, per)
         for i in range(4):
-            u += [np.log(j)] * per; w += [np.log(4)] * per; d += list(ej[i] - q1[i])
+            if cyclic:
+                u += [np.log(j)]; w += [np.log(4)]; d += [ej[i][_cyclic_index(i, j)] - q1[i]]
+            else:
+                u += [np.log(j)] * per; w += [np.log(4)] * per; d += list(ej[i] - q1[i])
+    if eighths:
+        e1 = np.array(er["1,8"])
+        for j in range(2, 9):
+            u += [np.log(j)] * 8; w += [np.log(8)] * 8; d += list(np.array(er[f"{j},8"]) - e1)
     return np.array(u), np.array(w), np.array(d)
 
 
@@ -87,12 +109,13 @@ def band(r, rule):
         u, _, e = points(r, {(2, 2), (4, 4)})
         lo, hi = ols_band(u[:, None], e - e11, np.array([big_u]))
         return e11 + lo, e11 + hi
-    u, w, d = increments(r, halves=rule not in ("lvlq", "lvl2q"))
+    u, w, d = increments(r, halves=rule not in ("lvlq", "lvl2q"), eighths=rule.startswith("lvl2w8"),
+                         cyclic=rule == "lvl2w8c")
     if rule in ("lvl", "lvlq"):
         lo, hi = ols_band(u[:, None], d, np.array([big_u]))
     elif rule == "lvlw":
         lo, hi = ols_band(np.c_[u, u * w], d, np.array([big_u, 0.0]))
-    elif rule == "lvl2w":
+    elif rule in ("lvl2w", "lvl2w8", "lvl2w8c"):
         lo, hi = ols_band(np.c_[u, u * u, u * w], d, np.array([big_u, big_u * big_u, 0.0]))
     elif rule in ("lvl2", "lvl2q"):
         lo, hi = ols_band(np.c_[u, u * u], d, np.array([big_u, big_u * big_u]))
@@ -113,7 +136,7 @@ def interval(r, rule):
     return min(v, v - hi) - h, max(v, v - lo) + h
 
 
-RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "lvl2q", "lvl2w", "env", "lvl0"]
+RULES = ["none", "old", "lvl", "lvlq", "lvlw", "lvl2", "lvl2q", "lvl2w", "env", "lvl0", "lvl2w8", "lvl2w8c"]
 
 
 def main(argv=None):
@@ -122,7 +145,8 @@ def main(argv=None):
     print(f"{len(rows)} cells")
     print("| rule | all | " + " | ".join(f"{s} {m}" for s, m in groups) + " |")
     print("|---|---|" + "---|" * len(groups))
-    for rule in RULES:
+    has8 = all("1,8" in r["errors"] for r in rows)
+    for rule in (x for x in RULES if has8 or not x.startswith("lvl2w8")):
         def stat(sub):
             iv = [interval(r, rule) for r in sub]
             cov = np.mean([lo <= r["truth"] <= hi for r, (lo, hi) in zip(sub, iv)])
