@@ -307,11 +307,11 @@ SKELETON = "<module>"      # a file's code outside its functions (see source_par
 @functools.lru_cache(maxsize=1024)
 def _source_parts(path: str, size: int, mtime_ns: int) -> dict:
     """The digests of a file's parts: each top-level function and each method (``Class.name``;
-    a function nested in another is part of it) by its syntax tree (``ast.dump``: comments and
-    layout do not count), and ``<module>``, everything else: imports, constants, class bodies,
-    the functions' signatures, defaults and decorators (their bodies replaced by ``...``), plus
-    the body of every function of the file a module-level statement calls by name (a value
-    computed at import)."""
+    a function nested in another is part of it) by its syntax tree (``ast.dump``: comments,
+    layout and docstrings do not count; rscale reads no ``__doc__``), and ``<module>``, everything
+    else: imports, constants, class bodies, the functions' signatures, defaults and decorators
+    (their bodies replaced by ``...``), plus the body of every function of the file a
+    module-level statement calls by name (a value computed at import)."""
     import ast
     import copy
     import hashlib
@@ -320,6 +320,11 @@ def _source_parts(path: str, size: int, mtime_ns: int) -> dict:
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     tree = ast.parse(Path(path).read_text())
+    for node in ast.walk(tree):        # a docstring is the first statement, a str constant (ast.get_docstring)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                and isinstance(node.body[0].value.value, str)):
+            node.body = node.body[1:]
     dumps: dict[str, list[str]] = {}
 
     def collect(nodes, prefix):

@@ -388,6 +388,11 @@ def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tm
     assert valid()
     edits = [("entry.py", "    from depspkg.untouched import Y\n    return Y\n", "    return 6\n", True),   # not run
              ("entry.py", "# nothing\n", "# a comment\n", True),
+             ("entry.py", "from depspkg.consts", '"""A module docstring."""\nfrom depspkg.consts', True),
+             ("entry.py", "def run():\n", 'def run():\n    """Docstrings are not code."""\n', True),
+             ("helper.py", "def twice(v):\n", 'def twice(v):\n    """Twice v."""\n', True),
+             ("entry.py", "def other():\n", 'def other():\n    """Never ran."""\n', True),
+             ("entry.py", "    return helper", '    "not a docstring: a statement"\n    return helper', False),
              ("helper.py", "return 2 * v", "return v + v  # same value, other code", False),                 # ran
              ("base.py", "BASE = 3", "BASE = 4", False),                  # a constant at the end of a chain
              ("lazy.py", "FACTOR = 2", "FACTOR = 2.0", False),            # imported lazily while it ran

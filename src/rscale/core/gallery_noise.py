@@ -25,9 +25,9 @@ sqrt(2 / ((D - 1) Q_eff)), Q_eff = (sum_q Var_q)^2 / sum_q Var_q^2 (the number o
 carry the noise). :data:`FIRST_DRAWS` galleries are drawn; if Q_eff estimated from them asks for
 more to reach :data:`PRECISION`, the rest are drawn from the same seeded stream, up to
 :data:`MAX_DRAWS`. So a table of thousands of queries stops at 8 galleries (the term to ~1-2%,
-measured), a table of a few dozen draws about a hundred. The earlier fixed budget (about 1M
-positive-draws, 16-256 galleries) spent ~85 ms of a 1,000-query table's ~210 ms new-cell query
-on a term already known to 1% (docs/benchmarks.md, "The realised value's gallery noise").
+measured), a table of a few dozen queries about a hundred. The earlier fixed budget (about 1M
+positive-draws, 16-256 galleries) spent ~85 ms of a 500-query real table's ~210 ms new-cell query
+on a term already known to 0.2-1.8% (docs/benchmarks.md, "The realised value's gallery noise").
 
 Measured against the simulator's realised truth (tests/test_gallery_noise.py): the sd over
 sim.truth galleries of one benchmark. Size on the simulator sets: about 0.001-0.003 of mAP@1000
