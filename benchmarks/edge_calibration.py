@@ -1,0 +1,173 @@
+"""Calibrating the tail model beyond the sample's edge from complementary halves: an exploration on
+design data only (docs/benchmarks.md, "Where the bias lives"); nothing of it is in ``src/``.
+
+The half-sample fits the estimate already makes for its replicates give, for free, a model-free
+check of the tail model where the sample has no counts: for a positive that half A sees no
+distractor above (c_A = 0), A's estimate x_A predicts the count in the other, independent half B
+as x_A S_B; B's actual count c_B is Binomial(S_B, x) with the true x. Pooled over a cell's
+positives with model depth d = x_A S_A in [1e-3, 1) (both directions of one split), a negative-
+binomial regression c_B ~ NB(mean x_A S_B exp(a + b log d), shape k) gives the rate ratio r(d) of
+truth over model at that depth (Poisson: the ratio alone) and, through k, how much the true x of
+positives at one model depth varies around it. Applied to the full estimate's positives with no
+sampled distractor above (c = 0) at their own model depth (clamped to [1e-3, 1]):
+
+- ``ratio``: every posterior draw times r(d) (the Poisson fit);
+- ``mixture``: every draw times r(d) G, G ~ Gamma(k, 1 / k) independent per positive and draw
+  (mean 1; the NB fit), since the AP map is convex and a spread of x at one mean changes it.
+
+Printed per cell: the error of mAP@1000 at N = 1e8 before and after each, against the law's value
+under the true x on design sets (no gallery noise), against the realised truth on the held-out
+sets (cov3: the gallery's mAP; the real sets: the manifest's full-pool truth at N = the pool); the
+ratio at d = 1e-3 and at d = 1; k; the MAE per fraction.
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set design [--method evt-eb] [--json rows.json]
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set cov3 --held-out     # once, written down first
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set realset --held-out  # and realset2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+DEPTH = (1e-3, 1.0)        # model depths x S the halves calibrate (c = 0 below 1e-3 carries almost no count)
+N_SIM = 1e8
+
+
+def point(est):
+    return est.x if est.draws is None else est.draws.mean(axis=1)
+
+
+def fit_ratio(obs, mu, log_d, negbin: bool):
+    """(a, b, k): obs ~ Poisson or NegBin(mean mu exp(a + b log_d), shape k) by maximum likelihood
+    (k = inf for Poisson)."""
+    from scipy.optimize import minimize
+    from scipy.special import gammaln
+
+    def nll(p):
+        m = np.maximum(mu * np.exp(p[0] + p[1] * log_d), 1e-300)
+        if not negbin:
+            return float(np.sum(m - obs * np.log(m)))
+        k = np.exp(p[2])
+        return float(-np.sum(gammaln(obs + k) - gammaln(k) + k * np.log(k / (k + m)) + obs * np.log(m / (k + m))))
+    r = minimize(nll, [0.0, 0.0, 0.0] if negbin else [0.0, 0.0], method="Nelder-Mead",
+                 options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
+    return float(r.x[0]), float(r.x[1]), float(np.exp(r.x[2])) if negbin else float("inf")
+
+
+def mean_ap(draws, offsets, n, mode):
+    from rscale.core import law
+    h = law.Hardness.from_flat(np.clip(draws, 0.0, 1.0), offsets)
+    return float(np.mean(law.per_query(h, "AP", n, 1000, mode), axis=0).mean())
+
+
+def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
+    """The estimate's mean mAP@1000 at ``n`` before and after each calibration (module docstring),
+    with the fitted r(d) and k."""
+    from rscale.core.estimators.methods import estimate, stored_params
+    from rscale.core.replicates import SEED as REP_SEED
+    from rscale.core.replicates import replicate_halves
+    kwargs = stored_params(method, est.params)
+    sizes = np.diff(est.offsets)
+    a_half, b_half = replicate_halves(ss, 0, splits=8, seed=REP_SEED)
+    xa, xb = point(estimate(a_half, method, **kwargs)), point(estimate(b_half, method, **kwargs))
+    obs, mu, log_d = [], [], []
+    for x, own, other in ((xa, a_half, b_half), (xb, b_half, a_half)):
+        d = x * np.repeat(own.n_sampled, sizes)
+        sel = (own.pos_counts == 0) & (d >= DEPTH[0]) & (d < DEPTH[1])
+        obs.append(other.pos_counts[sel])
+        mu.append(x[sel] * np.repeat(other.n_sampled, sizes)[sel])
+        log_d.append(np.log(d[sel]))
+    obs, mu, log_d = (np.concatenate(v).astype(np.float64) for v in (obs, mu, log_d))
+    a, b, _ = fit_ratio(obs, mu, log_d, negbin=False)
+    a2, b2, k = fit_ratio(obs, mu, log_d, negbin=True)
+    draws = est.x[None] if est.draws is None else est.draws.T
+    d_full = np.log(np.clip(point(est) * np.repeat(ss.n_sampled, sizes), *DEPTH))
+    zero = ss.pos_counts == 0
+    before = mean_ap(draws, est.offsets, n, mode)
+    ratio = mean_ap(draws * np.where(zero, np.exp(a + b * d_full), 1.0)[None], est.offsets, n, mode)
+    reps = int(np.ceil(16 / draws.shape[0]))
+    many = np.repeat(draws, reps, axis=0)[:max(16, draws.shape[0])]
+    g = np.where(zero[None], np.random.default_rng(0).gamma(k, 1.0 / k, size=many.shape), 1.0)
+    mixture = mean_ap(many * np.where(zero, np.exp(a2 + b2 * d_full), 1.0)[None] * g, est.offsets, n, mode)
+    return {"before": before, "ratio": ratio, "mixture": mixture, "r_at_1e-3": float(np.exp(a + b * np.log(DEPTH[0]))),
+            "r_at_1": float(np.exp(a)), "k": k, "points": int(obs.size), "counts": float(obs.sum())}
+
+
+def sim_cell(spec, f, seed, method, mode, truth: str) -> dict:
+    """One simulator cell; errors against the law's value under the true x (``truth="law"``, no
+    gallery noise: the design rows) or the realised mAP of the gallery (``"realised"``, as the
+    accuracy table scores)."""
+    from rscale import sim
+    from rscale.core.estimators.methods import estimate
+    bench = sim.simulate(spec, seed=seed)
+    s = int(f * N_SIM)
+    ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
+    est = estimate(ss, method)
+    r = calibrated(ss, est, method, N_SIM, mode)
+    t = (mean_ap(bench.pos_x[None], est.offsets, N_SIM, mode) if truth == "law"
+         else float(sim.truth(bench, ss, N_SIM, "AP", 1000, seed=seed).mean()))
+    return {**r, **{key: r[key] - t for key in ("before", "ratio", "mixture")}, "truth": t}
+
+
+def real_cells(set_name: str, method: str, mode: str):
+    """Every committed draw of a real set: its sample stats, the pool as N, the manifest's truth."""
+    import accuracy_table as T
+    from rscale.core.estimators.methods import estimate
+    from rscale.store.sample_stats_file import read_sample_stats
+    for d in T.real_draws(set_name, None, None):
+        ss = read_sample_stats(d.sample)
+        r = calibrated(ss, estimate(ss, method), method, float(d.n), mode)
+        yield d, {**r, **{key: r[key] - d.truth for key in ("before", "ratio", "mixture")}, "truth": d.truth}
+
+
+def main(argv=None):
+    import accuracy
+    from interval_carry import HELD_OUT
+    from rscale.sim.benchmark import SimSpec
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", dest="which", default="design")
+    ap.add_argument("--method", default="evt-eb")
+    ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--held-out", action="store_true",
+                    help="allow cov3 and the real sets: the single measurement written down before it")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    held = {"cov3", "realset", "realset2"}
+    if a.which not in DESIGN_SETS and not (a.held_out and a.which in held):
+        raise SystemExit(f"--set {a.which}: not design data (held-out sets need --held-out)")
+    mode = "expected" if a.method == "evt-eb" else "plugin"
+    rows = []
+    print("| set | scenario | S/N | r at d = 1e-3 | r at d = 1 | k | error before | ratio | mixture |")
+    print("|---|---|---|---|---|---|---|---|---|")
+
+    def show(r):
+        rows.append(r)
+        print(f"| {r['set']} | {r['scenario']} | {r['fraction']:g} | {r['r_at_1e-3']:.2f} | {r['r_at_1']:.2f} | {r['k']:.2f} | "
+              f"{r['before']:+.4f} | {r['ratio']:+.4f} | {r['mixture']:+.4f} |", flush=True)
+    if a.which in ("realset", "realset2"):
+        for d, r in real_cells(a.which, a.method, mode):
+            show({**r, "set": a.which, "scenario": f"draw {d.draw}", "fraction": d.fraction})
+    else:
+        scenarios, offset = HELD_OUT["cov3"] if a.which == "cov3" else accuracy.SETS[a.which]
+        for name, family, hl, nq in scenarios:
+            spec = SimSpec(name=name, family=family, n_queries=nq, hardness=hl)
+            for f in (float(x) for x in a.fractions.split(",")):
+                r = sim_cell(spec, f, 7 + offset, a.method, mode, "realised" if a.which == "cov3" else "law")
+                show({**r, "set": a.which, "scenario": name, "fraction": f})
+    for f in sorted({r["fraction"] for r in rows}):
+        rs = [r for r in rows if r["fraction"] == f]
+        print(f"MAE at {f:g} ({len(rs)} cells): before {np.mean([abs(r['before']) for r in rs]):.4f}, "
+              f"ratio {np.mean([abs(r['ratio']) for r in rs]):.4f}, mixture {np.mean([abs(r['mixture']) for r in rs]):.4f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
