@@ -35,9 +35,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
 DEPTH = (1e-3, 1.0)        # model depths x S the halves calibrate (c = 0 below 1e-3 carries almost no count)
 N_SIM = 1e8
+VARIANTS = ("before", "ratio", "mixture", "ratio1", "mixture1", "mixture2k", "mixture1_2k")
 
 
 def point(est):
@@ -88,15 +89,29 @@ def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
     a, b, _ = fit_ratio(obs, mu, log_d, negbin=False)
     a2, b2, k = fit_ratio(obs, mu, log_d, negbin=True)
     draws = est.x[None] if est.draws is None else est.draws.T
-    d_full = np.log(np.clip(point(est) * np.repeat(ss.n_sampled, sizes), *DEPTH))
+    depth = point(est) * np.repeat(ss.n_sampled, sizes)
+    d_full = np.log(np.clip(depth, *DEPTH))
+    inside = depth >= DEPTH[0]                 # the depths the halves measured (the variants' "1": none below)
     zero = ss.pos_counts == 0
     before = mean_ap(draws, est.offsets, n, mode)
-    ratio = mean_ap(draws * np.where(zero, np.exp(a + b * d_full), 1.0)[None], est.offsets, n, mode)
     reps = int(np.ceil(16 / draws.shape[0]))
     many = np.repeat(draws, reps, axis=0)[:max(16, draws.shape[0])]
-    g = np.where(zero[None], np.random.default_rng(0).gamma(k, 1.0 / k, size=many.shape), 1.0)
-    mixture = mean_ap(many * np.where(zero, np.exp(a2 + b2 * d_full), 1.0)[None] * g, est.offsets, n, mode)
-    return {"before": before, "ratio": ratio, "mixture": mixture, "r_at_1e-3": float(np.exp(a + b * np.log(DEPTH[0]))),
+
+    def ratio_of(where, a_, b_):
+        return np.where(zero & where, np.exp(a_ + b_ * d_full), 1.0)[None]
+
+    def spread(where, k_):
+        return np.where((zero & where)[None], np.random.default_rng(0).gamma(k_, 1.0 / k_, size=many.shape), 1.0)
+    out = {"before": before,
+           "ratio": mean_ap(draws * ratio_of(True, a, b), est.offsets, n, mode),
+           "mixture": mean_ap(many * ratio_of(True, a2, b2) * spread(True, k), est.offsets, n, mode),
+           # variants of the next round's design (docs/benchmarks.md): no correction below the measured
+           # depths ("1"), the dispersion at the full sample's scale (a variance of log x half the half's: 2k)
+           "ratio1": mean_ap(draws * ratio_of(inside, a, b), est.offsets, n, mode),
+           "mixture1": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, k), est.offsets, n, mode),
+           "mixture2k": mean_ap(many * ratio_of(True, a2, b2) * spread(True, 2 * k), est.offsets, n, mode),
+           "mixture1_2k": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, 2 * k), est.offsets, n, mode)}
+    return {**out, "r_at_1e-3": float(np.exp(a + b * np.log(DEPTH[0]))),
             "r_at_1": float(np.exp(a)), "k": k, "points": int(obs.size), "counts": float(obs.sum())}
 
 
@@ -113,7 +128,7 @@ def sim_cell(spec, f, seed, method, mode, truth: str) -> dict:
     r = calibrated(ss, est, method, N_SIM, mode)
     t = (mean_ap(bench.pos_x[None], est.offsets, N_SIM, mode) if truth == "law"
          else float(sim.truth(bench, ss, N_SIM, "AP", 1000, seed=seed).mean()))
-    return {**r, **{key: r[key] - t for key in ("before", "ratio", "mixture")}, "truth": t}
+    return {**r, **{key: r[key] - t for key in VARIANTS}, "truth": t}
 
 
 def real_cells(set_name: str, method: str, mode: str):
@@ -124,7 +139,7 @@ def real_cells(set_name: str, method: str, mode: str):
     for d in T.real_draws(set_name, None, None):
         ss = read_sample_stats(d.sample)
         r = calibrated(ss, estimate(ss, method), method, float(d.n), mode)
-        yield d, {**r, **{key: r[key] - d.truth for key in ("before", "ratio", "mixture")}, "truth": d.truth}
+        yield d, {**r, **{key: r[key] - d.truth for key in VARIANTS}, "truth": d.truth}
 
 
 def main(argv=None):
@@ -144,13 +159,13 @@ def main(argv=None):
         raise SystemExit(f"--set {a.which}: not design data (held-out sets need --held-out)")
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
-    print("| set | scenario | S/N | r at d = 1e-3 | r at d = 1 | k | error before | ratio | mixture |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| set | scenario | S/N | r at d = 1e-3 | r at d = 1 | k | error " + " | ".join(VARIANTS) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(VARIANTS))
 
     def show(r):
         rows.append(r)
         print(f"| {r['set']} | {r['scenario']} | {r['fraction']:g} | {r['r_at_1e-3']:.2f} | {r['r_at_1']:.2f} | {r['k']:.2f} | "
-              f"{r['before']:+.4f} | {r['ratio']:+.4f} | {r['mixture']:+.4f} |", flush=True)
+              + " | ".join(f"{r[v]:+.4f}" for v in VARIANTS) + " |", flush=True)
     if a.which in ("realset", "realset2"):
         for d, r in real_cells(a.which, a.method, mode):
             show({**r, "set": a.which, "scenario": f"draw {d.draw}", "fraction": d.fraction})
@@ -163,8 +178,7 @@ def main(argv=None):
                 show({**r, "set": a.which, "scenario": name, "fraction": f})
     for f in sorted({r["fraction"] for r in rows}):
         rs = [r for r in rows if r["fraction"] == f]
-        print(f"MAE at {f:g} ({len(rs)} cells): before {np.mean([abs(r['before']) for r in rs]):.4f}, "
-              f"ratio {np.mean([abs(r['ratio']) for r in rs]):.4f}, mixture {np.mean([abs(r['mixture']) for r in rs]):.4f}")
+        print(f"MAE at {f:g} ({len(rs)} cells): " + ", ".join(f"{v} {np.mean([abs(r[v]) for r in rs]):.4f}" for v in VARIANTS))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 
