@@ -13,7 +13,10 @@ sampled distractor above (c = 0) at their own model depth (clamped to [1e-3, 1])
 
 - ``ratio``: every posterior draw times r(d) (the Poisson fit);
 - ``mixture``: every draw times r(d) G, G ~ Gamma(k, 1 / k) independent per positive and draw
-  (mean 1; the NB fit), since the AP map is convex and a spread of x at one mean changes it.
+  (mean 1; the NB fit), since the AP map is convex and a spread of x at one mean changes it;
+- ``ratio1`` / ``mixture1``: the same, with no correction below the measured depths (a positive
+  whose model depth is under 1e-3 keeps its hardness); ``mixture2k`` / ``mixture1_2k``: the
+  spread at the full sample's scale (Gamma shape 2k: half the half's variance of log x).
 
 Printed per cell: the error of mAP@1000 at N = 1e8 before and after each, against the law's value
 under the true x on design sets (no gallery noise), against the realised truth on the held-out
