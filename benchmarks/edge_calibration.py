@@ -24,6 +24,7 @@ sets (cov3: the gallery's mAP; the real sets: the manifest's full-pool truth at 
 ratio at d = 1e-3 and at d = 1; k; the MAE per fraction.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set design [--method evt-eb] [--json rows.json]
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set design --pool 20000 --k 1000   # shallow samples
      PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set cov3 --held-out     # once, written down first
      PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set realset --held-out  # and realset2
 """
@@ -118,19 +119,19 @@ def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
             "r_at_1": float(np.exp(a)), "k": k, "points": int(obs.size), "counts": float(obs.sum())}
 
 
-def sim_cell(spec, f, seed, method, mode, truth: str) -> dict:
+def sim_cell(spec, f, seed, method, mode, truth: str, n: float = N_SIM, k: int = 4000) -> dict:
     """One simulator cell; errors against the law's value under the true x (``truth="law"``, no
     gallery noise: the design rows) or the realised mAP of the gallery (``"realised"``, as the
     accuracy table scores)."""
     from rscale import sim
     from rscale.core.estimators.methods import estimate
     bench = sim.simulate(spec, seed=seed)
-    s = int(f * N_SIM)
-    ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
+    s = int(f * n)
+    ss = sim.sample(bench, s, k=min(k, s), seed=seed)
     est = estimate(ss, method)
-    r = calibrated(ss, est, method, N_SIM, mode)
-    t = (mean_ap(bench.pos_x[None], est.offsets, N_SIM, mode) if truth == "law"
-         else float(sim.truth(bench, ss, N_SIM, "AP", 1000, seed=seed).mean()))
+    r = calibrated(ss, est, method, n, mode)
+    t = (mean_ap(bench.pos_x[None], est.offsets, n, mode) if truth == "law"
+         else float(sim.truth(bench, ss, n, "AP", 1000, seed=seed).mean()))
     return {**r, **{key: r[key] - t for key in VARIANTS}, "truth": t}
 
 
@@ -153,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--set", dest="which", default="design")
     ap.add_argument("--method", default="evt-eb")
     ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--pool", type=float, default=N_SIM, help="N of the simulator cells (a small pool: shallow samples)")
+    ap.add_argument("--k", type=int, default=4000, help="top scores kept per query")
     ap.add_argument("--held-out", action="store_true",
                     help="allow cov3 and the real sets: the single measurement written down before it")
     ap.add_argument("--json", default=None)
@@ -177,7 +180,7 @@ def main(argv=None):
         for name, family, hl, nq in scenarios:
             spec = SimSpec(name=name, family=family, n_queries=nq, hardness=hl)
             for f in (float(x) for x in a.fractions.split(",")):
-                r = sim_cell(spec, f, 7 + offset, a.method, mode, "realised" if a.which == "cov3" else "law")
+                r = sim_cell(spec, f, 7 + offset, a.method, mode, "realised" if a.which == "cov3" else "law", a.pool, a.k)
                 show({**r, "set": a.which, "scenario": name, "fraction": f})
     for f in sorted({r["fraction"] for r in rows}):
         rs = [r for r in rows if r["fraction"] == f]
