@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
 BANDS = ((0.0, 0.1), (0.1, 1.0), (1.0, 10.0), (10.0, np.inf))     # true x S
 N_SIM = 1e8
 

@@ -16,7 +16,10 @@ sampled distractor above (c = 0) at their own model depth (clamped to [1e-3, 1])
   (mean 1; the NB fit), since the AP map is convex and a spread of x at one mean changes it;
 - ``ratio1`` / ``mixture1``: the same, with no correction below the measured depths (a positive
   whose model depth is under 1e-3 keeps its hardness); ``mixture2k`` / ``mixture1_2k``: the
-  spread at the full sample's scale (Gamma shape 2k: half the half's variance of log x).
+  spread at the full sample's scale (Gamma shape 2k: half the half's variance of log x);
+  ``mixtureF`` / ``mixture1F``: the spread at the full scale from the data, trigamma(k_F) =
+  trigamma(k) - v / 2, v the half-model's own noise in log x (half the variance of log x_A -
+  log x_B over positives both halves see no distractor above, both in the window).
 
 Printed per cell: the error of mAP@1000 at N = 1e8 before and after each, against the law's value
 under the true x on design sets (no gallery noise), against the realised truth on the held-out
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
 DEPTH = (1e-3, 1.0)        # model depths x S the halves calibrate (c = 0 below 1e-3 carries almost no count)
 N_SIM = 1e8
-VARIANTS = ("before", "ratio", "mixture", "ratio1", "mixture1", "mixture2k", "mixture1_2k")
+VARIANTS = ("before", "ratio", "mixture", "ratio1", "mixture1", "mixture2k", "mixture1_2k", "mixtureF", "mixture1F")
 
 
 def point(est):
@@ -64,6 +67,17 @@ def fit_ratio(obs, mu, log_d, negbin: bool):
     r = minimize(nll, [0.0, 0.0, 0.0] if negbin else [0.0, 0.0], method="Nelder-Mead",
                  options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
     return float(r.x[0]), float(r.x[1]), float(np.exp(r.x[2])) if negbin else float("inf")
+
+
+def full_scale_shape(k: float, v: float) -> float:
+    """The Gamma shape k_F with trigamma(k_F) = trigamma(k) - v / 2 (module docstring, "F"); a very
+    large shape (no spread) where that is not positive."""
+    from scipy.optimize import brentq
+    from scipy.special import polygamma
+    target = float(polygamma(1, min(k, 1e8))) - v / 2.0
+    if target <= 1e-8:
+        return 1e8
+    return float(np.exp(brentq(lambda t: float(polygamma(1, np.exp(t))) - target, -20.0, 20.0)))
 
 
 def mean_ap(draws, offsets, n, mode):
@@ -92,14 +106,22 @@ def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
     obs, mu, log_d = (np.concatenate(v).astype(np.float64) for v in (obs, mu, log_d))
     a, b, _ = fit_ratio(obs, mu, log_d, negbin=False)
     a2, b2, k = fit_ratio(obs, mu, log_d, negbin=True)
+    # the spread at the full sample's scale, from the data ("F"): the NB's spread of log x around the
+    # half's model, trigamma(k), is the half-model's own noise plus the truth's spread at one model
+    # depth; the two halves' estimates of one positive both beyond their edges differ by two such
+    # noises, var(log x_A - log x_B) = 2 v; the full fit has half the noise: trigamma(k_F) = trigamma(k) - v / 2
+    da, db = xa * np.repeat(a_half.n_sampled, sizes), xb * np.repeat(b_half.n_sampled, sizes)
+    both = ((a_half.pos_counts == 0) & (b_half.pos_counts == 0) & (da >= DEPTH[0]) & (da < DEPTH[1])
+            & (db >= DEPTH[0]) & (db < DEPTH[1]))
+    v = float(np.var(np.log(xa[both]) - np.log(xb[both])) / 2.0) if both.sum() > 1 else 0.0
+    k_full = full_scale_shape(k, v)
     draws = est.x[None] if est.draws is None else est.draws.T
     depth = point(est) * np.repeat(ss.n_sampled, sizes)
     d_full = np.log(np.clip(depth, *DEPTH))
     inside = depth >= DEPTH[0]                 # the depths the halves measured (the variants' "1": none below)
     zero = ss.pos_counts == 0
     before = mean_ap(draws, est.offsets, n, mode)
-    reps = int(np.ceil(16 / draws.shape[0]))
-    many = np.repeat(draws, reps, axis=0)[:max(16, draws.shape[0])]
+    many = np.tile(draws, (int(np.ceil(16 / draws.shape[0])), 1))     # every draw equally often, >= 16 rows
 
     def ratio_of(where, a_, b_):
         return np.where(zero & where, np.exp(a_ + b_ * d_full), 1.0)[None]
@@ -114,9 +136,11 @@ def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
            "ratio1": mean_ap(draws * ratio_of(inside, a, b), est.offsets, n, mode),
            "mixture1": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, k), est.offsets, n, mode),
            "mixture2k": mean_ap(many * ratio_of(True, a2, b2) * spread(True, 2 * k), est.offsets, n, mode),
-           "mixture1_2k": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, 2 * k), est.offsets, n, mode)}
+           "mixture1_2k": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, 2 * k), est.offsets, n, mode),
+           "mixtureF": mean_ap(many * ratio_of(True, a2, b2) * spread(True, k_full), est.offsets, n, mode),
+           "mixture1F": mean_ap(many * ratio_of(inside, a2, b2) * spread(inside, k_full), est.offsets, n, mode)}
     return {**out, "r_at_1e-3": float(np.exp(a + b * np.log(DEPTH[0]))),
-            "r_at_1": float(np.exp(a)), "k": k, "points": int(obs.size), "counts": float(obs.sum())}
+            "r_at_1": float(np.exp(a)), "k": k, "k_full": k_full, "half_noise": v, "points": int(obs.size), "counts": float(obs.sum())}
 
 
 def sim_cell(spec, f, seed, method, mode, truth: str, n: float = N_SIM, k: int = 4000) -> dict:
