@@ -367,7 +367,7 @@ def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tm
         "consts.py": "from depspkg.base import BASE as LIMIT\n",
         "base.py": "BASE = 3\n",
         "lazy.py": "FACTOR = 2\n",
-        "whole.py": "X = 1\n",
+        "whole.py": "X = 1\n\n\nclass K:\n    y = 2\n",
         "helper.py": "def twice(v):\n    return 2 * v\n",
         "unused.py": "def never():\n    return 0\n",
         "untouched.py": "Y = 5\n",
@@ -392,6 +392,7 @@ def test_a_stage_depends_on_what_it_ran_and_the_values_it_imported(table_mod, tm
              ("entry.py", "def run():\n", 'def run():\n    """Docstrings are not code."""\n', True),
              ("helper.py", "def twice(v):\n", 'def twice(v):\n    """Twice v."""\n', True),
              ("entry.py", "def other():\n", 'def other():\n    """Never ran."""\n', True),
+             ("whole.py", "class K:\n", 'class K:\n    """A class docstring: its file\'s skeleton."""\n', True),
              ("entry.py", "    return helper", '    "not a docstring: a statement"\n    return helper', False),
              ("helper.py", "return 2 * v", "return v + v  # same value, other code", False),                 # ran
              ("base.py", "BASE = 3", "BASE = 4", False),                  # a constant at the end of a chain
