@@ -42,7 +42,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-DESIGN_SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
+from bias_by_depth import DESIGN_SETS  # noqa: E402  (the seen simulator sets)
+from bias_by_depth import mean_metric as mean_ap  # noqa: E402  (mean AP@1000 over hardness draws)
+
 DEPTH = (1e-3, 1.0)        # model depths x S the halves calibrate (c = 0 below 1e-3 carries almost no count)
 N_SIM = 1e8
 VARIANTS = ("before", "ratio", "mixture", "ratio1", "mixture1", "mixture2k", "mixture1_2k", "mixtureF", "mixture1F")
@@ -78,12 +80,6 @@ def full_scale_shape(k: float, v: float) -> float:
     if target <= 1e-8:
         return 1e8
     return float(np.exp(brentq(lambda t: float(polygamma(1, np.exp(t))) - target, -20.0, 20.0)))
-
-
-def mean_ap(draws, offsets, n, mode):
-    from rscale.core import law
-    h = law.Hardness.from_flat(np.clip(draws, 0.0, 1.0), offsets)
-    return float(np.mean(law.per_query(h, "AP", n, 1000, mode), axis=0).mean())
 
 
 def calibrated(ss, est, method: str, n: float, mode: str) -> dict:

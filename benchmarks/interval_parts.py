@@ -36,7 +36,8 @@ def cell_parts(est, bt, n: float, mode: str) -> dict:
     g = gallery_sd(est, "AP", n, 1000)
     v, lo, hi = metric_intervals(pqs, reps, backtest=_bands(bts), gallery_sd=np.array([g]))
     b = bts[0]
-    shares = {m_: float(factor_errors(est, bt, "AP", 1000, mode, m_).mean()) for m_ in bt.factors(est)}
+    shares = {} if bt is None else {m_: float(factor_errors(est, bt, "AP", 1000, mode, m_).mean())
+                                    for m_ in bt.factors(est)}
     return {"t_sd": _t_quantile(0.95, m.size // 2) * sd, "z_g": 1.959964 * g, "value": float(v[0]),
             "band": np.nan if b is None else b.high - b.low, "carried": np.nan if b is None else abs(b.at_n),
             "width": float(hi[0] - lo[0]), "e2": shares.get(2, np.nan), "e4": shares.get(4, np.nan)}
