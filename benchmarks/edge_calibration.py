@@ -29,7 +29,7 @@ ratio at d = 1e-3 and at d = 1; k; the MAE per fraction.
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set design [--method evt-eb] [--json rows.json]
      PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set design --pool 20000 --k 1000   # shallow samples
      PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set cov3 --held-out     # once, written down first
-     PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set realset --held-out  # and realset2
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_calibration.py --set realset --held-out  # and realset2, realset3
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def main(argv=None):
                     help="allow cov3 and the real sets: the single measurement written down before it")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    held = {"cov3", "realset", "realset2"}
+    import accuracy_table as T
+    held = {"cov3", *T.REAL_SETS}
     if a.which not in DESIGN_SETS and not (a.held_out and a.which in held):
         raise SystemExit(f"--set {a.which}: not design data (held-out sets need --held-out)")
     mode = "expected" if a.method == "evt-eb" else "plugin"
@@ -192,7 +193,7 @@ def main(argv=None):
         rows.append(r)
         print(f"| {r['set']} | {r['scenario']} | {r['fraction']:g} | {r['r_at_1e-3']:.2f} | {r['r_at_1']:.2f} | {r['k']:.2f} | "
               + " | ".join(f"{r[v]:+.4f}" for v in VARIANTS) + " |", flush=True)
-    if a.which in ("realset", "realset2"):
+    if a.which in T.REAL_SETS:
         for d, r in real_cells(a.which, a.method, mode):
             show({**r, "set": a.which, "scenario": f"draw {d.draw}", "fraction": d.fraction})
     else:

@@ -8,9 +8,9 @@ benchmarks/accuracy.py calls them; and the naive value at S. Compared with the t
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
 whether the interval ``rscale predict --sample`` prints covers the truth, and its width.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/realset/check.py [--set realset | realset2] [--data DIR]
+Run: PYTHONPATH=src .venv/bin/python benchmarks/realset/check.py [--set realset | realset2 | realset3] [--data DIR]
 (``--set NAME`` reads benchmarks/NAME/data: the icon set of docs/realset.md, the WordNet set of
-docs/realset2.md; ``--data`` any folder of the same layout). Prints a markdown table (pasted into
+docs/realset2.md, the glyph set of docs/realset3.md; ``--data`` any folder of the same layout). Prints a markdown table (pasted into
 docs/benchmarks.md) and writes --json if given.
 """
 
@@ -41,7 +41,7 @@ def cli(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", default="realset", help="benchmarks/SET/data (realset, realset2); --data overrides")
+    ap.add_argument("--set", default="realset", help="benchmarks/SET/data (realset, realset2, realset3); --data overrides")
     ap.add_argument("--data", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--methods", default=",".join(HARDNESS + CURVES),

@@ -6,8 +6,12 @@ holds the ids with j f u_max <= u < (j + 1) f u_max (u_max = 1 for a whole pool)
 disjoint draws per fraction of :data:`FRACTIONS`, and score the whole pool (the truth, top
 :data:`K_TRUTH`) and every draw (top :data:`K_DRAW`) with the scoring engine at fraction 1.0.
 
+It also holds the chunked, resumable embedding's bookkeeping (:func:`claim_chunk`,
+:func:`embedded_prefix`) that the larger sets' builds share.
+
 ``benchmarks/realset/build.py`` and ``embed.py`` import it by name (their folder is on their path);
-``benchmarks/realset2/build.py`` loads it by file, as ``realset2/check.py`` loads ``realset/check.py``.
+``benchmarks/realset2/build.py`` and ``benchmarks/realset3/build.py`` load it by file, as
+``realset2/check.py`` loads ``realset/check.py``.
 """
 
 from __future__ import annotations
@@ -82,3 +86,99 @@ def score_draw(sets: Path, out: Path, name: str, ids, vectors, *, k: int, meta: 
 def file_digests(out: Path) -> dict:
     """{name: sha256} of every parquet file in OUT (the manifest's ``files``)."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(out).glob("*.parquet"))}
+
+
+def claim_chunk(emb: Path, n_chunks: int):
+    """The lowest chunk neither embedded nor claimed by a live worker, claimed for this process.
+
+    A claim is ``chunk-NNNN.claim`` holding the worker's pid, made with O_EXCL; a claim whose pid is
+    gone (a killed worker) is taken over. So any number of workers share the chunks in order, and
+    the embedded chunks stay a prefix, up to the few in flight."""
+    import os
+    for c in range(n_chunks):
+        if (emb / f"chunk-{c:04d}.npz").exists():
+            continue
+        claim = emb / f"chunk-{c:04d}.claim"
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(claim.read_text() or "0")
+                    os.kill(pid, 0)
+                    break                       # a live worker has it
+                except (ProcessLookupError, ValueError):
+                    claim.unlink(missing_ok=True)   # a dead worker's claim: retry once
+                    continue
+                except (FileNotFoundError, PermissionError):
+                    break
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            if (emb / f"chunk-{c:04d}.npz").exists():    # finished between the check and the claim
+                claim.unlink(missing_ok=True)
+                break
+            return c
+    return None
+
+
+def embedded_prefix(work: Path, n_chunks: int) -> int:
+    """How many leading chunks are embedded (a cut embedding keeps the uniform slice u < u_max)."""
+    c = 0
+    while c < n_chunks and (Path(work) / "emb" / f"chunk-{c:04d}.npz").exists():
+        c += 1
+    return c
+
+
+def write_scored_set(work: Path, out: Path, *, queries, positives, qrels, pool_ids, pool_vectors, pool_columns: dict,
+                     u_max: float, meta: dict, benchmark: str, manifest: dict) -> dict:
+    """Score a built set and write what is committed: the truth and every draw's sample stats
+    (:func:`score_draws`), ``qrels.parquet``, ``pool_ids.parquet`` (id, then ``pool_columns``, which
+    hold ``u``) and ``manifest.json`` (``manifest``'s entries, then the pool, the partition, the
+    sizes, the truth's mAP@1000 and every file's sha256). ``queries``/``positives``: (ids, vectors);
+    ``qrels``: (query ids, positive ids); the descriptor sets go to WORK/sets. Returns the manifest."""
+    import json
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rscale.core.metrics import ap_at_k_from_counts
+    from rscale.store.descriptor_set import write_descriptor_set
+    from rscale.store.sample_stats_file import read_sample_stats
+
+    sets = Path(work) / "sets"
+    shutil.rmtree(sets, ignore_errors=True)
+    write_descriptor_set(sets / "queries", [queries], role="queries", dtype="float32", meta=meta)
+    write_descriptor_set(sets / "positives", [positives], role="positives", dtype="float32", meta=meta)
+    qrels_t = pa.table({"query_id": list(qrels[0]), "positive_id": list(qrels[1])})
+    pq.write_table(qrels_t, sets / "qrels.parquet")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.parquet"):
+        old.unlink()
+
+    def run(name, mask, k):
+        # byte-stream-split floats compress ~2x better under zstd (lossless; any Parquet reader)
+        size = score_draw(sets, out, name, pool_ids[mask], pool_vectors[mask], k=k, meta=meta, benchmark=benchmark,
+                          use_dictionary=False,
+                          use_byte_stream_split=["top_scores.list.element", "positive_scores.list.element"])
+        print(f"scored {name}: S = {size}", flush=True)
+        return size
+
+    t0 = time.perf_counter()
+    sizes = score_draws(run, np.asarray(pool_columns["u"]), u_max)
+    pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
+    pq.write_table(pa.table({"id": pool_ids, **pool_columns}), out / "pool_ids.parquet", compression="zstd",
+                   compression_level=19)
+    truth = read_sample_stats(out / "truth.sample_stats.parquet")
+    manifest = {
+        **manifest, "pool": int(len(pool_ids)), "u_max": u_max,
+        "partition": {"hash": "rscale.score.sampling.hash_uniform(id, seed)", "seed": PARTITION_SEED,
+                      "draw": "{id : j f u_max <= u < (j + 1) f u_max}", "fractions": list(FRACTIONS), "draws": DRAWS},
+        "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW, "score_seconds": round(time.perf_counter() - t0, 1),
+        "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
+        "files": file_digests(out),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest

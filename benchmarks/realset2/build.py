@@ -28,7 +28,6 @@ import hashlib
 import importlib.util
 import json
 import re
-import shutil
 import sys
 import time
 import unicodedata
@@ -325,37 +324,7 @@ def chunks_of(texts_table):
     return [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 
-def claim_chunk(emb: Path, n_chunks: int):
-    """The lowest chunk neither embedded nor claimed by a live worker, claimed for this process.
-
-    A claim is ``chunk-NNNN.claim`` holding the worker's pid, made with O_EXCL; a claim whose pid is
-    gone (a killed worker) is taken over. So any number of workers share the chunks in order, and
-    the embedded chunks stay a prefix, up to the few in flight."""
-    import os
-    for c in range(n_chunks):
-        if (emb / f"chunk-{c:04d}.npz").exists():
-            continue
-        claim = emb / f"chunk-{c:04d}.claim"
-        for _ in range(2):
-            try:
-                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    pid = int(claim.read_text() or "0")
-                    os.kill(pid, 0)
-                    break                       # a live worker has it
-                except (ProcessLookupError, ValueError):
-                    claim.unlink(missing_ok=True)   # a dead worker's claim: retry once
-                    continue
-                except (FileNotFoundError, PermissionError):
-                    break
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
-            if (emb / f"chunk-{c:04d}.npz").exists():    # finished between the check and the claim
-                claim.unlink(missing_ok=True)
-                break
-            return c
-    return None
+claim_chunk = protocol.claim_chunk
 
 
 def stage_embed(work: Path, limit: int = 0, model_dir=None):
@@ -402,21 +371,11 @@ def stage_embed(work: Path, limit: int = 0, model_dir=None):
 
 
 # ---------------------------------------------------------------- scoring
-def embedded_prefix(work: Path, n_chunks: int) -> int:
-    """How many leading chunks are embedded (a cut embedding keeps the uniform slice u < u_max)."""
-    c = 0
-    while c < n_chunks and (work / "emb" / f"chunk-{c:04d}.npz").exists():
-        c += 1
-    return c
+embedded_prefix = protocol.embedded_prefix
 
 
 def stage_score(work: Path, out: Path):
-    import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from rscale.core.metrics import ap_at_k_from_counts
-    from rscale.store.descriptor_set import write_descriptor_set
-    from rscale.store.sample_stats_file import read_sample_stats
 
     texts = pq.read_table(work / "texts.parquet").to_pandas()
     corpus = json.loads((work / "corpus.json").read_text())
@@ -435,49 +394,18 @@ def stage_score(work: Path, out: Path):
     u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
     pool_ids = pool["id"].to_numpy()
     u = pool["u"].to_numpy()
-    sets = work / "sets"
-    shutil.rmtree(sets, ignore_errors=True)
     meta = {"backbone": "all-minilm-l6-v2", "pooling": "mean", "source": BENCHMARK}
-    write_descriptor_set(sets / "queries", [(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]]))],
-                         role="queries", dtype="float32", meta=meta)
     pos_ids = sorted(set(positives["id"]))
-    write_descriptor_set(sets / "positives", [(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids]))],
-                         role="positives", dtype="float32", meta=meta)
-    qrels_t = pa.table({"query_id": positives["query_id"].tolist(), "positive_id": positives["id"].tolist()})
-    pq.write_table(qrels_t, sets / "qrels.parquet")
-    pool_vec = np.stack([vec[i] for i in pool_ids])
-
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.parquet"):
-        old.unlink()
-
-    def run(name, mask, k):
-        # byte-stream-split floats compress ~2x better under zstd (lossless; any Parquet reader)
-        size = protocol.score_draw(sets, out, name, pool_ids[mask], pool_vec[mask], k=k, meta=meta, benchmark=BENCHMARK,
-                                   use_dictionary=False,
-                                   use_byte_stream_split=["top_scores.list.element", "positive_scores.list.element"])
-        print(f"scored {name}: S = {size}", flush=True)
-        return size
-
-    t0 = time.perf_counter()
-    sizes = protocol.score_draws(run, u, u_max)
-    pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
-    pq.write_table(pa.table({"id": pool_ids, "u": u, "source": pool["source"].to_numpy()}),
-                   out / "pool_ids.parquet", compression="zstd", compression_level=19)
-    truth = read_sample_stats(out / "truth.sample_stats.parquet")
-    model = json.loads((work / "emb" / "model.json").read_text())
-    manifest = {
-        "format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
-        "packages": corpus["versions"], "model": model,
-        "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
-        "pool": int(len(pool_ids)), "pool_designed": full_pool, "u_max": u_max,
-        "partition": {"hash": "rscale.score.sampling.hash_uniform(id, seed)", "seed": PARTITION_SEED,
-                      "draw": "{id : j f u_max <= u < (j + 1) f u_max}", "fractions": list(FRACTIONS), "draws": DRAWS},
-        "sizes": sizes, "k_truth": K_TRUTH, "k_draw": K_DRAW, "score_seconds": round(time.perf_counter() - t0, 1),
-        "truth_map_at_1000": float(np.mean(ap_at_k_from_counts(truth.pos_counts, truth.pos_offsets, 1000))),
-        "files": protocol.file_digests(out),
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    manifest = protocol.write_scored_set(
+        work, out, queries=(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
+        positives=(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids])),
+        qrels=(positives["query_id"].tolist(), positives["id"].tolist()),
+        pool_ids=pool_ids, pool_vectors=np.stack([vec[i] for i in pool_ids]),
+        pool_columns={"u": u, "source": pool["source"].to_numpy()}, u_max=u_max, meta=meta, benchmark=BENCHMARK,
+        manifest={"format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
+                  "packages": corpus["versions"], "model": json.loads((work / "emb" / "model.json").read_text()),
+                  "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
+                  "pool_designed": full_pool})
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
 
 

