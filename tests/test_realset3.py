@@ -202,3 +202,11 @@ def test_score_stage_writes_truth_draws_and_a_manifest_that_match(standin):
     assert list(pool.columns) == ["id", "u", "source", "font", "codepoint"]
     check_real_set_data(out, man)
 
+
+
+def test_the_committed_set_is_whole_and_consistent():
+    man = json.loads((DATA / "manifest.json").read_text())
+    assert man["pool"] >= 200_000 and man["queries"] == 1000
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 80e6
+    assert sorted(man["packages"]) == sorted(build.PACKAGES)
+    check_real_set_data(DATA, man, n_brute=100)
