@@ -1,7 +1,7 @@
 """The accuracy table of docs/benchmarks.md, regenerated through the shipped path (issue 14).
 
 For each set (the simulator sets of benchmarks/accuracy.py ``SETS``, and the committed real-embedding
-sets ``realset`` and ``realset2``) x estimator x sample fraction x draw, one *cell*: the sample's
+sets ``realset``, ``realset2`` and ``realset3``) x estimator x sample fraction x draw, one *cell*: the sample's
 stats file goes through what a user runs, in process through :mod:`rscale.api`:
 
     api.estimate(sample, METHOD, out=H)            # rscale estimate (replicates and back-test stored)
@@ -82,7 +82,7 @@ CELL_VERSION = 2          # bump when what a cell computes changes outside src/r
 REGISTRY_ESTIMATORS = ("evt", "evt-eb", "evt-paper", "count", "sdm")
 CURVE_ESTIMATORS = ("naive", "loguniform", "powerlaw")
 ESTIMATORS = REGISTRY_ESTIMATORS + CURVE_ESTIMATORS
-REAL_SETS = ("realset", "realset2")
+REAL_SETS = ("realset", "realset2", "realset3")
 SIM_FRACTIONS = (0.01, 0.02, 0.05, 0.10)
 SIM_N = 1e8               # the web-scale pool of benchmarks/accuracy.py
 SIM_DRAWS = 1
@@ -102,7 +102,7 @@ OWN_GROUP = {"evt": "evt", "evt-paper": "evt", "evt-eb": "evt-eb", "count": "cou
              "naive": "curves", "loguniform": "curves", "powerlaw": "curves"}
 ESTIMATOR_ORDER = ("evt-eb", "evt", "evt-paper", "count", "sdm", "naive", "loguniform", "powerlaw")
 # The sets in the order their cells start: the real sets and the design set first.
-SET_ORDER = ("realset", "realset2", "design")
+SET_ORDER = ("realset", "realset2", "realset3", "design")
 FRACTION_ORDER = {0.05: 0, 0.01: 1, 0.1: 2, 0.02: 3}
 
 
@@ -961,7 +961,7 @@ def plan(args) -> tuple[list[Draw], list[str]]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default=None, help="comma-separated sets (default: realset, realset2 and every "
+    ap.add_argument("--sets", default=None, help="comma-separated sets (default: realset, realset2, realset3 and every "
                     "simulator set of benchmarks/accuracy.py)")
     ap.add_argument("--estimators", default=",".join(ESTIMATORS), help="comma-separated (default: all)")
     ap.add_argument("--fractions", default=None, help="comma-separated sample fractions (default 0.01,0.02,0.05,0.1)")

@@ -2,7 +2,7 @@
 
 For every committed draw: ``rscale estimate DRAW -m METHOD -o H`` then ``rscale predict H --n N
 --sample DRAW`` (N = the pool size) through the CLI itself (in process, typer's runner), for the
-hardness estimators evt (default), evt-eb, evt-paper, count and sdm; the curve baselines (loguniform,
+hardness estimators evt-eb (default), evt, evt-paper, count and sdm; the curve baselines (loguniform,
 powerlaw; no CLI command) through ``rscale.core.estimators.methods.estimate`` as
 benchmarks/accuracy.py calls them; and the naive value at S. Compared with the truth in the
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators
@@ -96,9 +96,10 @@ def main(argv=None):
 
 
 def table(rows, truth, n):
+    from rscale.core.estimators.methods import DEFAULT_METHOD
     present = set(rows[0])
-    methods = [("evt (default)", "evt"), ("evt-eb", "evt-eb"), ("evt-paper", "evt-paper"), ("count", "count"), ("sdm", "sdm"),
-               ("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
+    methods = [(f"{m} (default)" if m == DEFAULT_METHOD else m, m) for m in HARDNESS]
+    methods += [("loguniform curve", "loguniform"), ("powerlaw curve", "powerlaw"), ("naive (at S)", "naive")]
     methods = [(label, key) for label, key in methods if key in present]
     fracs = sorted({r["fraction"] for r in rows})
     out = [f"truth mAP@1000 at N = {n:,}: {truth:.4f}", "",
