@@ -210,3 +210,35 @@ def test_the_committed_set_is_whole_and_consistent():
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 80e6
     assert sorted(man["packages"]) == sorted(build.PACKAGES)
     check_real_set_data(DATA, man, n_brute=100)
+
+
+# ---------------------------------------------------------------- font collections (docs/realset4.md)
+def test_a_collections_members_are_fonts_of_their_own(tmp_path):
+    from fontTools.ttLib import TTCollection, TTFont
+    ttc = tmp_path / "pair.ttc"
+    coll = TTCollection()
+    coll.fonts = [TTFont(_font("DejaVuSans.ttf")), TTFont(_font("DejaVuSerif.ttf"))]
+    coll.save(str(ttc))
+    members = [f"{ttc}#0", f"{ttc}#1"]
+    assert build.font_file(members[1]) == (str(ttc), 1) and build.font_file(_font("cmr10.ttf")) == (_font("cmr10.ttf"), 0)
+    assert build.font_label(members[1]) == "pair-1" and build.font_label(_font("cmr10.ttf")) == "cmr10"
+    assert [build.font_family_and_codepoints(m)[0] for m in members] == ["DejaVu Sans", "DejaVu Serif"]
+    r = build.Renderer()
+    renders = [build.content_digest(r(m, ord("g"))) for m in members]
+    assert renders[0] == build.content_digest(r(_font("DejaVuSans.ttf"), ord("g")))       # member 0 is Sans
+    assert renders[1] == build.content_digest(r(_font("DejaVuSerif.ttf"), ord("g")))      # member 1 is Serif
+    assert renders[0] != renders[1]
+
+
+def test_list_fonts_expands_a_collection_into_its_members(tmp_path, monkeypatch):
+    from fontTools.ttLib import TTCollection, TTFont
+    ttc = tmp_path / "pair.ttc"
+    coll = TTCollection()
+    coll.fonts = [TTFont(_font("DejaVuSans.ttf")), TTFont(_font("DejaVuSerif.ttf"))]
+    coll.save(str(ttc))
+
+    class Listed:
+        stdout = f"{ttc}\n{_font('cmr10.ttf')}\n/usr/share/doc/x/README\n"
+    monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: Listed())
+    assert build.list_fonts(("pkg",)) == sorted([("pkg", f"{ttc}#0"), ("pkg", f"{ttc}#1"), ("pkg", _font("cmr10.ttf"))],
+                                                 key=lambda r: r[1])

