@@ -82,9 +82,11 @@ def full_scale_shape(k: float, v: float) -> float:
     return float(np.exp(brentq(lambda t: float(polygamma(1, np.exp(t))) - target, -20.0, 20.0)))
 
 
-def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
-    """The estimate's mean mAP@1000 at ``n`` before and after each calibration (module docstring),
-    with the fitted r(d) and k."""
+def half_counts(ss, est, method: str):
+    """What the halves measure (module docstring): for both directions of the first of 8 splits, the
+    other half's counts ``obs``, their expectation under the own half's model ``mu`` and the model
+    depth ``log_d``, for the positives the own half counts nothing above, in the window DEPTH; and
+    (half, its point hardness) for the two halves."""
     from rscale.core.estimators.methods import estimate, stored_params
     from rscale.core.replicates import SEED as REP_SEED
     from rscale.core.replicates import replicate_halves
@@ -100,6 +102,14 @@ def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
         mu.append(x[sel] * np.repeat(other.n_sampled, sizes)[sel])
         log_d.append(np.log(d[sel]))
     obs, mu, log_d = (np.concatenate(v).astype(np.float64) for v in (obs, mu, log_d))
+    return obs, mu, log_d, (a_half, xa), (b_half, xb)
+
+
+def calibrated(ss, est, method: str, n: float, mode: str) -> dict:
+    """The estimate's mean mAP@1000 at ``n`` before and after each calibration (module docstring),
+    with the fitted r(d) and k."""
+    sizes = np.diff(est.offsets)
+    obs, mu, log_d, (a_half, xa), (b_half, xb) = half_counts(ss, est, method)
     a, b, _ = fit_ratio(obs, mu, log_d, negbin=False)
     a2, b2, k = fit_ratio(obs, mu, log_d, negbin=True)
     # the spread at the full sample's scale, from the data ("F"): the NB's spread of log x around the

@@ -1,0 +1,139 @@
+"""Does the halves' edge ratio transfer to the full sample? A diagnostic on seen data (issue 14;
+docs/benchmarks.md, "Does the halves' edge ratio transfer"); nothing of it is in ``src/``.
+
+benchmarks/edge_calibration.py multiplies the hardness of the full estimate's positives with no
+sampled distractor above (c = 0) by the ratio r(d) = truth / model that the complementary halves
+measure at model depth d = x S (half A's model against half B's counts). That is right only if the
+full fit's own ratio at depth d is the halves' one. Here both are measured, model-free, in bands of
+model depth:
+
+- halves: over the positives a half counts nothing above, sum of the other half's counts / sum of
+  their expectation under the half's model (both directions of the first of 8 splits);
+- truth: over the full estimate's positives with c = 0, sum of their true counts at N / sum of
+  their model counts x N; on a real set the true count is the full pool's (the manifest's truth
+  stats), on the simulator a Poisson draw with mean N times the true x (one pool's counts);
+- the spread: the negative-binomial shape k of each side's counts around its log-linear ratio over
+  the depths [1e-3, 1) (the halves' k is what edge_calibration's ``mixture`` spreads by);
+
+and, for the truth side, the share of those positives with no distractor above them in the whole
+pool. Last, for the positives the sample does count (c >= 1), the truth's ratio to the estimate by
+sampled count: where the edge's error may be offset (an estimate too hard for lightly counted
+positives, for instance).
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set realset3 [--fractions 0.01,0.05] [--draws 2]
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set design --pool 20000 --k 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, point  # noqa: E402
+
+BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
+COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
+
+
+def band_ratios(obs, mu, depth) -> list:
+    """[(positives, sum obs / sum mu)] per band of ``depth``; NaN where a band has no expectation."""
+    out = []
+    for lo, hi in BANDS:
+        sel = (depth >= lo) & (depth < hi)
+        m = float(mu[sel].sum())
+        out.append((int(sel.sum()), float(obs[sel].sum()) / m if m > 0 else float("nan")))
+    return out
+
+
+def transfer(ss, est, method: str, n: float, true_count) -> dict:
+    """The halves' and the truth's band ratios for one cell; ``true_count``: each positive's count
+    (or expected count) of distractors above it at ``n``."""
+    sizes = np.diff(est.offsets)
+    obs, mu, log_d, _, _ = half_counts(ss, est, method)
+    x = point(est)
+    depth = x * np.repeat(ss.n_sampled, sizes)
+    zero = ss.pos_counts == 0
+    truth = band_ratios(true_count[zero], x[zero] * n, depth[zero])
+    halves = band_ratios(obs, mu, np.exp(log_d))
+    # the spread of the true x at one model depth: the negative-binomial shape of each side's counts
+    # around its log-linear ratio (edge_calibration's mixture uses the halves' one)
+    win = zero & (depth >= DEPTH[0]) & (depth < DEPTH[1])
+    k_halves = fit_ratio(obs, mu, log_d, negbin=True)[2]
+    k_truth = fit_ratio(true_count[win], x[win] * n, np.log(depth[win]), negbin=True)[2]
+    none_at_n = [float(np.mean(true_count[zero & (depth >= lo) & (depth < hi)] == 0))
+                 if np.any(zero & (depth >= lo) & (depth < hi)) else float("nan") for lo, hi in BANDS]
+    # the positives the sample counts: the truth's ratio to the estimate, by sampled count (is the
+    # edge's error compensated here?)
+    counted = []
+    for lo, hi in COUNTED:
+        sel = (ss.pos_counts >= lo) & ((ss.pos_counts <= hi) if hi is not None else True)
+        m = float((x[sel] * n).sum())
+        counted.append((int(sel.sum()), float(true_count[sel].sum()) / m if m > 0 else float("nan")))
+    return {"halves": halves, "truth": truth, "none_at_n": none_at_n, "k_halves": k_halves, "k_truth": k_truth,
+            "counted": counted,
+            "zero_positives": int(zero.sum()), "zero_below_1e-3": float(np.mean(depth[zero] < BANDS[0][0]))}
+
+
+def cells(which: str, method: str, fractions, draws: int, pool: float, k: int):
+    from rscale.core.estimators.methods import estimate
+    from rscale.store.sample_stats_file import read_sample_stats
+    import accuracy_table as T
+    if which in T.REAL_SETS:
+        data = Path(__file__).parent / which / "data"
+        truth = read_sample_stats(data / "truth.sample_stats.parquet")
+        for d in T.real_draws(which, fractions, draws):
+            ss = read_sample_stats(d.sample)
+            assert np.array_equal(ss.pos_ids, truth.pos_ids)
+            yield f"draw {d.draw}", d.fraction, transfer(ss, estimate(ss, method), method, d.n,
+                                                         truth.pos_counts.astype(np.float64))
+        return
+    import accuracy
+    from rscale import sim
+    from rscale.sim.benchmark import SimSpec
+    scenarios, offset = accuracy.SETS[which]
+    for name, family, hl, nq in scenarios:
+        bench = sim.simulate(SimSpec(name=name, family=family, n_queries=nq, hardness=hl), seed=7 + offset)
+        for f in fractions:
+            s = int(f * pool)
+            ss = sim.sample(bench, s, k=min(k, s), seed=7 + offset)
+            # the pool's realised counts (Poisson), as a real set's truth is one pool's counts
+            counts = np.random.default_rng(offset).poisson(bench.pos_x * pool).astype(np.float64)
+            yield name, f, transfer(ss, estimate(ss, method), method, pool, counts)
+
+
+def main(argv=None):
+    import accuracy_table as T
+    from bias_by_depth import DESIGN_SETS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", dest="which", required=True)
+    ap.add_argument("--method", default="evt-eb")
+    ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--draws", type=int, default=None, help="real sets: the first DRAWS draws per fraction (default all)")
+    ap.add_argument("--pool", type=float, default=N_SIM, help="N of the simulator cells")
+    ap.add_argument("--k", type=int, default=4000, help="top scores kept per query (simulator)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.which not in DESIGN_SETS and a.which not in T.REAL_SETS:
+        raise SystemExit(f"--set {a.which}: a seen simulator set ({', '.join(DESIGN_SETS)}) or a real set")
+    fractions = [float(x) for x in a.fractions.split(",")]
+    rows = []
+    bands = " | ".join(f"[{lo:g}, {hi:g}): halves / truth (n) / none at N" for lo, hi in BANDS)
+    cnt = " | ".join(f"c {lo}{'+' if hi is None else '' if hi == lo else f'-{hi}'}: truth (n)" for lo, hi in COUNTED)
+    print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k halves / truth | {cnt} |")
+    print("|---|---|---|" + "---|" * (len(BANDS) + 2 + len(COUNTED)))
+    for cell, f, r in cells(a.which, a.method, fractions, a.draws, a.pool, a.k):
+        rows.append({"set": a.which, "cell": cell, "fraction": f, **r})
+        parts = [f"{h[1]:.2f} / {t[1]:.2f} ({t[0]}) / {z:.2f}" for h, t, z in zip(r["halves"], r["truth"], r["none_at_n"])]
+        print(f"| {a.which} | {cell} | {f:g} | " + " | ".join(parts) + f" | {r['zero_below_1e-3']:.2f} | {r['k_halves']:.2f} / {r['k_truth']:.2f} | "
+              + " | ".join(f"{v:.2f} ({m})" for m, v in r["counted"]) + " |", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""benchmarks/edge_transfer.py's band ratios: model-free sums per band of model depth."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("edge_transfer", ROOT / "benchmarks" / "edge_transfer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_band_ratios_are_sums_of_counts_over_sums_of_expectations_per_band():
+    t = _load()
+    depth = np.array([2e-3, 5e-3, 0.05, 0.5, 0.9, 5e-4, 2.0])       # the last two lie outside every band
+    obs = np.array([1.0, 0.0, 3.0, 2.0, 4.0, 9.0, 9.0])
+    mu = np.array([0.25, 0.25, 1.0, 1.0, 2.0, 1.0, 1.0])
+    assert t.band_ratios(obs, mu, depth) == [(2, 2.0), (1, 3.0), (2, 2.0)]
+    n, r = t.band_ratios(obs[:2], mu[:2], depth[:2])[1]
+    assert n == 0 and np.isnan(r)                                     # an empty band says so
