@@ -18,7 +18,10 @@ model depth:
 and, for the truth side, the share of those positives with no distractor above them in the whole
 pool. Last, for the positives the sample does count (c >= 1), the truth's ratio to the estimate by
 sampled count: where the edge's error may be offset (an estimate too hard for lightly counted
-positives, for instance).
+positives, for instance). And the mAP@1000 error of a mean correction with no spread: every edge
+positive's draws times its band's ratio, the truth's in every band (an oracle of the mean) or the
+halves' in the bands they measure; against the manifest's truth on a real set, the law's value
+under the true x on the simulator.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set realset3 [--fractions 0.01,0.05] [--draws 2]
      PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set design --pool 20000 --k 1000
@@ -34,25 +37,27 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bias_by_depth import mean_metric as mean_ap  # noqa: E402  (mean AP@1000 over hardness draws)
 from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, point  # noqa: E402
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
 
 
-def band_ratios(obs, mu, depth) -> list:
+def band_ratios(obs, mu, depth, bands=BANDS) -> list:
     """[(positives, sum obs / sum mu)] per band of ``depth``; NaN where a band has no expectation."""
     out = []
-    for lo, hi in BANDS:
+    for lo, hi in bands:
         sel = (depth >= lo) & (depth < hi)
         m = float(mu[sel].sum())
         out.append((int(sel.sum()), float(obs[sel].sum()) / m if m > 0 else float("nan")))
     return out
 
 
-def transfer(ss, est, method: str, n: float, true_count) -> dict:
+def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> dict:
     """The halves' and the truth's band ratios for one cell; ``true_count``: each positive's count
-    (or expected count) of distractors above it at ``n``."""
+    (or expected count) of distractors above it at ``n``; ``truth_value``: the mAP@1000 the errors
+    are taken against."""
     sizes = np.diff(est.offsets)
     obs, mu, log_d, _, _ = half_counts(ss, est, method)
     x = point(est)
@@ -74,8 +79,23 @@ def transfer(ss, est, method: str, n: float, true_count) -> dict:
         sel = (ss.pos_counts >= lo) & ((ss.pos_counts <= hi) if hi is not None else True)
         m = float((x[sel] * n).sum())
         counted.append((int(sel.sum()), float(true_count[sel].sum()) / m if m > 0 else float("nan")))
+    # a mean correction without a spread: the edge positives' draws times their band's ratio, the
+    # truth's (an oracle: every band, below 1e-3 and above 1 included) or the halves' (the three bands
+    # they measure; 1 elsewhere)
+    mode = "expected" if method == "evt-eb" else "plugin"
+    draws = est.x[None] if est.draws is None else est.draws.T
+    oracle_bands = ((0.0, BANDS[0][0]), *BANDS, (BANDS[-1][1], np.inf))
+    oracle_r = band_ratios(true_count[zero], x[zero] * n, depth[zero], oracle_bands)
+
+    def scaled(bands, ratios):
+        f = np.ones_like(x)
+        for (lo, hi), (_, r) in zip(bands, ratios):
+            f[zero & (depth >= lo) & (depth < hi)] = r if np.isfinite(r) else 1.0
+        return mean_ap(draws * f[None], est.offsets, n, mode) - truth_value
+    errors = {"before": mean_ap(draws, est.offsets, n, mode) - truth_value,
+              "oracle_mean": scaled(oracle_bands, oracle_r), "halves_mean": scaled(BANDS, halves)}
     return {"halves": halves, "truth": truth, "none_at_n": none_at_n, "k_halves": k_halves, "k_truth": k_truth,
-            "counted": counted,
+            "counted": counted, "errors": errors, "oracle_ratios": oracle_r,
             "zero_positives": int(zero.sum()), "zero_below_1e-3": float(np.mean(depth[zero] < BANDS[0][0]))}
 
 
@@ -90,7 +110,7 @@ def cells(which: str, method: str, fractions, draws: int, pool: float, k: int):
             ss = read_sample_stats(d.sample)
             assert np.array_equal(ss.pos_ids, truth.pos_ids)
             yield f"draw {d.draw}", d.fraction, transfer(ss, estimate(ss, method), method, d.n,
-                                                         truth.pos_counts.astype(np.float64))
+                                                         truth.pos_counts.astype(np.float64), d.truth)
         return
     import accuracy
     from rscale import sim
@@ -103,7 +123,9 @@ def cells(which: str, method: str, fractions, draws: int, pool: float, k: int):
             ss = sim.sample(bench, s, k=min(k, s), seed=7 + offset)
             # the pool's realised counts (Poisson), as a real set's truth is one pool's counts
             counts = np.random.default_rng(offset).poisson(bench.pos_x * pool).astype(np.float64)
-            yield name, f, transfer(ss, estimate(ss, method), method, pool, counts)
+            est = estimate(ss, method)
+            law = mean_ap(bench.pos_x[None], est.offsets, pool, "expected" if method == "evt-eb" else "plugin")
+            yield name, f, transfer(ss, est, method, pool, counts, law)
 
 
 def main(argv=None):
@@ -124,13 +146,14 @@ def main(argv=None):
     rows = []
     bands = " | ".join(f"[{lo:g}, {hi:g}): halves / truth (n) / none at N" for lo, hi in BANDS)
     cnt = " | ".join(f"c {lo}{'+' if hi is None else '' if hi == lo else f'-{hi}'}: truth (n)" for lo, hi in COUNTED)
-    print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k halves / truth | {cnt} |")
-    print("|---|---|---|" + "---|" * (len(BANDS) + 2 + len(COUNTED)))
+    print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k halves / truth | {cnt} | error before / oracle mean / halves mean |")
+    print("|---|---|---|" + "---|" * (len(BANDS) + 3 + len(COUNTED)))
     for cell, f, r in cells(a.which, a.method, fractions, a.draws, a.pool, a.k):
         rows.append({"set": a.which, "cell": cell, "fraction": f, **r})
         parts = [f"{h[1]:.2f} / {t[1]:.2f} ({t[0]}) / {z:.2f}" for h, t, z in zip(r["halves"], r["truth"], r["none_at_n"])]
         print(f"| {a.which} | {cell} | {f:g} | " + " | ".join(parts) + f" | {r['zero_below_1e-3']:.2f} | {r['k_halves']:.2f} / {r['k_truth']:.2f} | "
-              + " | ".join(f"{v:.2f} ({m})" for m, v in r["counted"]) + " |", flush=True)
+              + " | ".join(f"{v:.2f} ({m})" for m, v in r["counted"]) + " | "
+              + " / ".join(f"{r['errors'][e]:+.4f}" for e in ("before", "oracle_mean", "halves_mean")) + " |", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 
