@@ -1,0 +1,43 @@
+"""The held-out fourth real-embedding set (benchmarks/realset4, docs/realset4.md): its build is the
+glyph build of realset3 with its own packages, and its committed data is whole and consistent. No
+estimator runs here: the set is held out for one measurement by a later round."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from realset_checks import check_real_set_data
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "benchmarks" / "realset4" / "data"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("realset4_build", ROOT / "benchmarks" / "realset4" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_build_is_the_glyph_build_with_this_sets_packages_and_folder(monkeypatch):
+    build = _load()
+    glyphs = build.glyph_build()
+    seen = {}
+    monkeypatch.setattr(build, "glyph_build", lambda: glyphs)
+    monkeypatch.setattr(glyphs, "stage_corpus", lambda work, packages, doc: seen.update(packages=packages, doc=doc))
+    monkeypatch.setattr(glyphs, "stage_score", lambda work, out, benchmark: seen.update(out=out, benchmark=benchmark))
+    build.main(["corpus", "--work", "/nonexistent"])
+    build.main(["score", "--work", "/nonexistent"])
+    assert seen == {"packages": build.PACKAGES, "doc": "docs/realset4.md", "out": DATA, "benchmark": "realset4-cjk-glyphs"}
+    assert not set(build.PACKAGES) & set(glyphs.PACKAGES)           # another corpus than realset3's
+
+
+def test_the_committed_set_is_whole_and_consistent():
+    build = _load()
+    man = json.loads((DATA / "manifest.json").read_text())
+    assert man["pool"] == 230_000 and man["queries"] == 1000 and man["benchmark"] == build.BENCHMARK
+    assert sorted(man["packages"]) == sorted(build.PACKAGES)
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 80e6
+    check_real_set_data(DATA, man, n_brute=100)
