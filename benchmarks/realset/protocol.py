@@ -6,8 +6,8 @@ holds the ids with j f u_max <= u < (j + 1) f u_max (u_max = 1 for a whole pool)
 disjoint draws per fraction of :data:`FRACTIONS`, and score the whole pool (the truth, top
 :data:`K_TRUTH`) and every draw (top :data:`K_DRAW`) with the scoring engine at fraction 1.0.
 
-It also holds the chunked, resumable embedding's bookkeeping (:func:`claim_chunk`,
-:func:`embedded_prefix`) that the larger sets' builds share.
+It also holds the chunked, resumable embedding that the larger sets' builds share
+(:func:`embed_chunks`, :func:`claim_chunk`, :func:`embedded_prefix`, :func:`embedded_vectors`).
 
 ``benchmarks/realset/build.py`` and ``embed.py`` import it by name (their folder is on their path);
 ``benchmarks/realset2/build.py`` and ``benchmarks/realset3/build.py`` load it by file, as
@@ -119,6 +119,74 @@ def claim_chunk(emb: Path, n_chunks: int):
                 break
             return c
     return None
+
+
+def embed_chunks(work: Path, sizes, embed_chunk, info: dict, unit: str = "items") -> None:
+    """Embed chunks until none is left; any number of workers may run this at once on one WORK.
+
+    ``sizes``: each chunk's length; ``embed_chunk(c)`` -> (ids, vectors) of chunk c; ``info``: what
+    determines the vectors (the model), written to WORK/emb/model.json by the first worker and
+    required equal by every later one. Each chunk is claimed (:func:`claim_chunk`), embedded and
+    saved atomically as WORK/emb/chunk-NNNN.npz (ids as str, so it loads without pickle)."""
+    import json
+    import os
+    import time
+
+    import numpy as np
+    emb = Path(work) / "emb"
+    emb.mkdir(parents=True, exist_ok=True)
+    if not (emb / "model.json").exists():
+        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    elif json.loads((emb / "model.json").read_text()) != info:
+        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
+    me = f"worker {os.getpid()}"
+    t0, done, n = time.perf_counter(), 0, len(sizes)
+    while (c := claim_chunk(emb, n)) is not None:
+        ids, vec = embed_chunk(c)
+        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, ids=np.asarray(ids, dtype=str), vectors=vec)
+        tmp.replace(emb / f"chunk-{c:04d}.npz")
+        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
+        done += len(ids)
+        secs = time.perf_counter() - t0
+        missing = [x for x in range(n) if not (emb / f"chunk-{x:04d}.npz").exists()]
+        print(f"{me}: chunk {c}, {done} {unit} in {secs:.0f}s ({done / secs:.0f} {unit}/s); all workers: "
+              f"{n - len(missing)}/{n} chunks, {sum(sizes[x] for x in missing)} {unit} left, embedded prefix "
+              f"{embedded_prefix(work, n)} chunks", flush=True)
+    print(f"{me}: done, {done} {unit} in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def embedded_vectors(work: Path, n_chunks: int) -> dict:
+    """{id: vector} of the embedded prefix of WORK's chunks (:func:`embedded_prefix`)."""
+    import numpy as np
+    vec: dict = {}
+    for c in range(embedded_prefix(work, n_chunks)):
+        z = np.load(Path(work) / "emb" / f"chunk-{c:04d}.npz")
+        vec.update(zip(z["ids"].tolist(), z["vectors"]))
+    return vec
+
+
+def embedded_set(table, vec: dict):
+    """What :func:`write_scored_set` scores, from a build's table (one row per id: ``id``, ``role``
+    query / positive / pool, ``query_id``, ``u``) and the embedded vectors: (its set arguments
+    ``queries``, ``positives``, ``qrels``, ``pool_ids``, ``pool_vectors``, ``u_max``; the embedded
+    pool's rows in id order; the designed pool's size). Exits when a query or positive is not
+    embedded; a cut embedding keeps the pool's embedded slice u <= u_max."""
+    import numpy as np
+    queries = table[table["role"] == "query"]
+    positives = table[table["role"] == "positive"]
+    if not all(i in vec for i in queries["id"]) or not all(i in vec for i in positives["id"]):
+        sys.exit("the queries and positives are not embedded yet: run the embed stage (chunk 0 first)")
+    pool = table[(table["role"] == "pool") & table["id"].isin(vec)].sort_values("id", kind="stable")
+    full_pool = int((table["role"] == "pool").sum())
+    pool_ids = pool["id"].to_numpy()
+    pos_ids = sorted(set(positives["id"]))
+    args = {"queries": (queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
+            "positives": (np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids])),
+            "qrels": (positives["query_id"].tolist(), positives["id"].tolist()),
+            "pool_ids": pool_ids, "pool_vectors": np.stack([vec[i] for i in pool_ids]),
+            "u_max": 1.0 if len(pool) == full_pool else float(pool["u"].max())}
+    return args, pool, full_pool
 
 
 def embedded_prefix(work: Path, n_chunks: int) -> int:

@@ -25,7 +25,6 @@ import argparse
 import bisect
 import gzip
 import hashlib
-import importlib.util
 import json
 import re
 import sys
@@ -36,17 +35,11 @@ from pathlib import Path
 import numpy as np
 
 
-def _load_protocol():
-    """benchmarks/realset/protocol.py (the real sets' shared draw protocol), by file: this script is
-    also loaded by file (tests/test_realset2.py), so its folder's parent is not on the path."""
-    spec = importlib.util.spec_from_file_location("realset_protocol",
-                                                  Path(__file__).resolve().parent.parent / "realset" / "protocol.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+# benchmarks/realset/protocol.py, the real sets' shared draw protocol, as the namespace package
+# ``realset`` of the benchmarks folder (this script is also loaded by file, by its tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from realset import protocol  # noqa: E402
 
-
-protocol = _load_protocol()
 PARTITION_SEED, FRACTIONS, DRAWS, K_TRUTH, K_DRAW = (protocol.PARTITION_SEED, protocol.FRACTIONS, protocol.DRAWS,
                                                      protocol.K_TRUTH, protocol.K_DRAW)
 PACKAGES = ("wordnet-base", "dict-gcide")
@@ -329,16 +322,12 @@ claim_chunk = protocol.claim_chunk
 
 def stage_embed(work: Path, limit: int = 0, model_dir=None):
     """Embed chunks until none is left; any number of these may run at once on one WORK."""
-    import os
-
     import pyarrow.parquet as pq
     import torch
     torch.set_num_threads(1)
     texts = pq.read_table(work / "texts.parquet").to_pandas()
     chunks = chunks_of(texts)
     tok, model = load_text_model(model_dir)
-    emb = work / "emb"
-    emb.mkdir(parents=True, exist_ok=True)
     if limit:               # speed check: the first LIMIT texts of the first pool chunk, nothing saved
         items = chunks[-1][:limit]
         t0 = time.perf_counter()
@@ -346,28 +335,11 @@ def stage_embed(work: Path, limit: int = 0, model_dir=None):
         secs = time.perf_counter() - t0
         print(f"speed check: {len(items)} texts in {secs:.1f}s ({len(items) / secs:.0f} texts/s)", flush=True)
         return
-    info = model_info(model_dir)
-    if not (emb / "model.json").exists():
-        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    elif json.loads((emb / "model.json").read_text()) != info:
-        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
-    me = f"worker {os.getpid()}"
-    t0, done = time.perf_counter(), 0
-    while (c := claim_chunk(emb, len(chunks))) is not None:
+
+    def embed_chunk(c):
         ids, tx = zip(*chunks[c])
-        vec = embed_texts(tok, model, list(tx))
-        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, ids=np.asarray(ids), vectors=vec)
-        tmp.replace(emb / f"chunk-{c:04d}.npz")
-        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
-        done += len(ids)
-        secs = time.perf_counter() - t0
-        n_done = sum((emb / f"chunk-{x:04d}.npz").exists() for x in range(len(chunks)))
-        left = sum(len(chunks[x]) for x in range(len(chunks)) if not (emb / f"chunk-{x:04d}.npz").exists())
-        print(f"{me}: chunk {c}, {done} texts in {secs:.0f}s ({done / secs:.0f} texts/s); all workers: "
-              f"{n_done}/{len(chunks)} chunks, {left} texts left, embedded prefix "
-              f"{embedded_prefix(work, len(chunks))} chunks", flush=True)
-    print(f"{me}: done, {done} texts in {time.perf_counter() - t0:.0f}s", flush=True)
+        return ids, embed_texts(tok, model, list(tx))
+    protocol.embed_chunks(work, [len(ch) for ch in chunks], embed_chunk, model_info(model_dir), unit="texts")
 
 
 # ---------------------------------------------------------------- scoring
@@ -380,31 +352,15 @@ def stage_score(work: Path, out: Path):
     texts = pq.read_table(work / "texts.parquet").to_pandas()
     corpus = json.loads((work / "corpus.json").read_text())
     chunks = chunks_of(texts)
-    n_ok = embedded_prefix(work, len(chunks))
-    vec: dict = {}
-    for c in range(n_ok):
-        z = np.load(work / "emb" / f"chunk-{c:04d}.npz")
-        vec.update(zip(z["ids"].tolist(), z["vectors"]))
-    queries = texts[texts["role"] == "query"]
-    positives = texts[texts["role"] == "positive"]
-    if not all(i in vec for i in queries["id"]) or not all(i in vec for i in positives["id"]):
-        sys.exit("the queries and positives are not embedded yet: run the embed stage (chunk 0 first)")
-    pool = texts[(texts["role"] == "pool") & texts["id"].isin(vec)].sort_values("id", kind="stable")
-    full_pool = int((texts["role"] == "pool").sum())
-    u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
-    pool_ids = pool["id"].to_numpy()
-    u = pool["u"].to_numpy()
+    vec = protocol.embedded_vectors(work, len(chunks))
+    args, pool, full_pool = protocol.embedded_set(texts, vec)
     meta = {"backbone": "all-minilm-l6-v2", "pooling": "mean", "source": BENCHMARK}
-    pos_ids = sorted(set(positives["id"]))
     manifest = protocol.write_scored_set(
-        work, out, queries=(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
-        positives=(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids])),
-        qrels=(positives["query_id"].tolist(), positives["id"].tolist()),
-        pool_ids=pool_ids, pool_vectors=np.stack([vec[i] for i in pool_ids]),
-        pool_columns={"u": u, "source": pool["source"].to_numpy()}, u_max=u_max, meta=meta, benchmark=BENCHMARK,
+        work, out, **args,
+        pool_columns={"u": pool["u"].to_numpy(), "source": pool["source"].to_numpy()}, meta=meta, benchmark=BENCHMARK,
         manifest={"format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": MODEL,
                   "packages": corpus["versions"], "model": json.loads((work / "emb" / "model.json").read_text()),
-                  "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
+                  "corpus": corpus["counts"], "queries": len(args["queries"][0]), "positives": len(args["qrels"][0]),
                   "pool_designed": full_pool})
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
 

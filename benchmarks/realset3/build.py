@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,17 +38,11 @@ from pathlib import Path
 import numpy as np
 
 
-def _load_protocol():
-    """benchmarks/realset/protocol.py (the real sets' shared draw protocol), by file: this script is
-    also loaded by file (tests/test_realset3.py), so its folder's parent is not on the path."""
-    spec = importlib.util.spec_from_file_location("realset_protocol",
-                                                  Path(__file__).resolve().parent.parent / "realset" / "protocol.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+# benchmarks/realset/protocol.py, the real sets' shared draw protocol, as the namespace package
+# ``realset`` of the benchmarks folder (this script is also loaded by file, by its tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from realset import protocol  # noqa: E402
 
-
-protocol = _load_protocol()
 PACKAGES = ("fonts-dejavu-core", "fonts-dejavu-extra", "fonts-noto-core", "fonts-liberation2", "fonts-freefont-ttf",
             "fonts-urw-base35", "fonts-texgyre", "fonts-linuxlibertine", "fonts-ebgaramond",
             "fonts-crosextra-carlito", "fonts-crosextra-caladea")
@@ -344,8 +337,6 @@ def stage_embed(work: Path, limit: int = 0):
     chunks = chunks_of(glyphs)
     bb, info = load_image_model(work)
     renderer = Renderer()
-    emb = work / "emb"
-    emb.mkdir(parents=True, exist_ok=True)
     if limit:               # speed check: the first LIMIT glyphs of the last chunk, nothing saved
         ids, files, cps, digests = (c[:limit] for c in chunks[-1])
         t0 = time.perf_counter()
@@ -353,26 +344,11 @@ def stage_embed(work: Path, limit: int = 0):
         secs = time.perf_counter() - t0
         print(f"speed check: {len(ids)} glyphs in {secs:.1f}s ({len(ids) / secs:.0f} glyphs/s)", flush=True)
         return
-    if not (emb / "model.json").exists():
-        (emb / "model.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    elif json.loads((emb / "model.json").read_text()) != info:
-        sys.exit(f"{emb} holds chunks embedded by another model ({emb / 'model.json'}): use another --work")
-    me = f"worker {os.getpid()}"
-    t0, done = time.perf_counter(), 0
-    while (c := protocol.claim_chunk(emb, len(chunks))) is not None:
+
+    def embed_chunk(c):
         ids, files, cps, digests = chunks[c]
-        vec = embed_glyphs(bb, files, cps, digests, renderer)
-        tmp = emb / f".chunk-{c:04d}.{os.getpid()}.tmp.npz"
-        np.savez(tmp, ids=np.asarray(ids, dtype=str), vectors=vec)   # str, not object: loads without pickle
-        tmp.replace(emb / f"chunk-{c:04d}.npz")
-        (emb / f"chunk-{c:04d}.claim").unlink(missing_ok=True)
-        done += len(ids)
-        secs = time.perf_counter() - t0
-        n_done = sum((emb / f"chunk-{x:04d}.npz").exists() for x in range(len(chunks)))
-        print(f"{me}: chunk {c}, {done} glyphs in {secs:.0f}s ({done / secs:.0f} glyphs/s); all workers: "
-              f"{n_done}/{len(chunks)} chunks, embedded prefix {protocol.embedded_prefix(work, len(chunks))}",
-              flush=True)
-    print(f"{me}: done, {done} glyphs in {time.perf_counter() - t0:.0f}s", flush=True)
+        return ids, embed_glyphs(bb, files, cps, digests, renderer)
+    protocol.embed_chunks(work, [len(ch[0]) for ch in chunks], embed_chunk, info, unit="glyphs")
 
 
 def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK):
@@ -381,33 +357,19 @@ def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK):
     glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
     corpus = json.loads((work / "corpus.json").read_text())
     chunks = chunks_of(glyphs)
-    vec: dict = {}
-    for c in range(protocol.embedded_prefix(work, len(chunks))):
-        z = np.load(work / "emb" / f"chunk-{c:04d}.npz")
-        vec.update(zip(z["ids"].tolist(), z["vectors"]))
-    queries = glyphs[glyphs["role"] == "query"]
-    positives = glyphs[glyphs["role"] == "positive"]
-    if not all(i in vec for i in queries["id"]) or not all(i in vec for i in positives["id"]):
-        sys.exit("the queries and positives are not embedded yet: run the embed stage (chunk 0 first)")
-    pool = glyphs[(glyphs["role"] == "pool") & glyphs["id"].isin(vec)].sort_values("id", kind="stable")
-    full_pool = int((glyphs["role"] == "pool").sum())
-    u_max = 1.0 if len(pool) == full_pool else float(pool["u"].max())
-    pool_ids = pool["id"].to_numpy()
+    vec = protocol.embedded_vectors(work, len(chunks))
+    args, pool, full_pool = protocol.embedded_set(glyphs, vec)
     meta = {"backbone": "mobilenet_v2", "pooling": "pooled", "source": benchmark}
-    pos_ids = sorted(set(positives["id"]))
     manifest = protocol.write_scored_set(
-        work, out, queries=(queries["id"].to_numpy(), np.stack([vec[i] for i in queries["id"]])),
-        positives=(np.asarray(pos_ids), np.stack([vec[i] for i in pos_ids])),
-        qrels=(positives["query_id"].tolist(), positives["id"].tolist()),
-        pool_ids=pool_ids, pool_vectors=np.stack([vec[i] for i in pool_ids]),
+        work, out, **args,
         pool_columns={"u": pool["u"].to_numpy(), "source": pool["package"].to_numpy(),
                       "font": np.asarray([Path(f).name for f in pool["file"]]),
                       "codepoint": pool["cp"].to_numpy().astype(np.int32)},
-        u_max=u_max, meta=meta, benchmark=benchmark,
+        meta=meta, benchmark=benchmark,
         manifest={"format": "rscale-realset", "version": 1, "benchmark": benchmark, "backbone": MODEL,
                   "packages": corpus["versions"], "renderer": corpus["renderer"],
                   "model": json.loads((work / "emb" / "model.json").read_text()),
-                  "corpus": corpus["counts"], "queries": int(len(queries)), "positives": int(len(positives)),
+                  "corpus": corpus["counts"], "queries": len(args["queries"][0]), "positives": len(args["qrels"][0]),
                   "pool_designed": full_pool})
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
 
