@@ -87,12 +87,18 @@ def half_counts(ss, est, method: str):
     other half's counts ``obs``, their expectation under the own half's model ``mu`` and the model
     depth ``log_d``, for the positives the own half counts nothing above, in the window DEPTH; and
     (half, its point hardness) for the two halves."""
-    from rscale.core.estimators.methods import estimate, stored_params
     from rscale.core.replicates import SEED as REP_SEED
     from rscale.core.replicates import replicate_halves
+    a_half, b_half = replicate_halves(ss, 0, splits=8, seed=REP_SEED)
+    return pair_counts(a_half, b_half, est, method)
+
+
+def pair_counts(a_half, b_half, est, method: str):
+    """:func:`half_counts` for any two disjoint parts of a sample (``est``: the full estimate, for
+    its parameters and positive offsets)."""
+    from rscale.core.estimators.methods import estimate, stored_params
     kwargs = stored_params(method, est.params)
     sizes = np.diff(est.offsets)
-    a_half, b_half = replicate_halves(ss, 0, splits=8, seed=REP_SEED)
     xa, xb = point(estimate(a_half, method, **kwargs)), point(estimate(b_half, method, **kwargs))
     obs, mu, log_d = [], [], []
     for x, own, other in ((xa, a_half, b_half), (xb, b_half, a_half)):

@@ -13,7 +13,8 @@ model depth:
   their model counts x N; on a real set the true count is the full pool's (the manifest's truth
   stats), on the simulator a Poisson draw with mean N times the true x (one pool's counts);
 - the spread: the negative-binomial shape k of each side's counts around its log-linear ratio over
-  the depths [1e-3, 1) (the halves' k is what edge_calibration's ``mixture`` spreads by);
+  the depths [1e-3, 1) (the halves' k is what edge_calibration's ``mixture`` spreads by), and the
+  same at a quarter's scale (half A split in two), to see whether the spread changes with scale;
 
 and, for the truth side, the share of those positives with no distractor above them in the whole
 pool. Last, for the positives the sample does count (c >= 1), the truth's ratio to the estimate by
@@ -38,7 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bias_by_depth import mean_metric as mean_ap  # noqa: E402  (mean AP@1000 over hardness draws)
-from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, point  # noqa: E402
+from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, pair_counts, point  # noqa: E402
+
+QUARTER_SEED = 9_100        # the split of half A into two quarters (the spread at a third scale)
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
@@ -59,7 +62,8 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     (or expected count) of distractors above it at ``n``; ``truth_value``: the mAP@1000 the errors
     are taken against."""
     sizes = np.diff(est.offsets)
-    obs, mu, log_d, _, _ = half_counts(ss, est, method)
+    from rscale.core.subsample import split_halves
+    obs, mu, log_d, (a_half, _), _ = half_counts(ss, est, method)
     x = point(est)
     depth = x * np.repeat(ss.n_sampled, sizes)
     zero = ss.pos_counts == 0
@@ -69,6 +73,10 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     # around its log-linear ratio (edge_calibration's mixture uses the halves' one)
     win = zero & (depth >= DEPTH[0]) & (depth < DEPTH[1])
     k_halves = fit_ratio(obs, mu, log_d, negbin=True)[2]
+    # the same at a quarter's scale: half A split in two, one quarter's model against the other's counts
+    q_obs, q_mu, q_log_d, _, _ = pair_counts(*split_halves(a_half, seed=QUARTER_SEED), est, method)
+    k_quarters = fit_ratio(q_obs, q_mu, q_log_d, negbin=True)[2]
+    quarters = band_ratios(q_obs, q_mu, np.exp(q_log_d))
     k_truth = fit_ratio(true_count[win], x[win] * n, np.log(depth[win]), negbin=True)[2]
     none_at_n = [float(np.mean(true_count[zero & (depth >= lo) & (depth < hi)] == 0))
                  if np.any(zero & (depth >= lo) & (depth < hi)) else float("nan") for lo, hi in BANDS]
@@ -95,6 +103,7 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     errors = {"before": mean_ap(draws, est.offsets, n, mode) - truth_value,
               "oracle_mean": scaled(oracle_bands, oracle_r), "halves_mean": scaled(BANDS, halves)}
     return {"halves": halves, "truth": truth, "none_at_n": none_at_n, "k_halves": k_halves, "k_truth": k_truth,
+            "quarters": quarters, "k_quarters": k_quarters,
             "counted": counted, "errors": errors, "oracle_ratios": oracle_r,
             "zero_positives": int(zero.sum()), "zero_below_1e-3": float(np.mean(depth[zero] < BANDS[0][0]))}
 
@@ -146,12 +155,12 @@ def main(argv=None):
     rows = []
     bands = " | ".join(f"[{lo:g}, {hi:g}): halves / truth (n) / none at N" for lo, hi in BANDS)
     cnt = " | ".join(f"c {lo}{'+' if hi is None else '' if hi == lo else f'-{hi}'}: truth (n)" for lo, hi in COUNTED)
-    print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k halves / truth | {cnt} | error before / oracle mean / halves mean |")
+    print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k quarters / halves / truth | {cnt} | error before / oracle mean / halves mean |")
     print("|---|---|---|" + "---|" * (len(BANDS) + 3 + len(COUNTED)))
     for cell, f, r in cells(a.which, a.method, fractions, a.draws, a.pool, a.k):
         rows.append({"set": a.which, "cell": cell, "fraction": f, **r})
         parts = [f"{h[1]:.2f} / {t[1]:.2f} ({t[0]}) / {z:.2f}" for h, t, z in zip(r["halves"], r["truth"], r["none_at_n"])]
-        print(f"| {a.which} | {cell} | {f:g} | " + " | ".join(parts) + f" | {r['zero_below_1e-3']:.2f} | {r['k_halves']:.2f} / {r['k_truth']:.2f} | "
+        print(f"| {a.which} | {cell} | {f:g} | " + " | ".join(parts) + f" | {r['zero_below_1e-3']:.2f} | {r['k_quarters']:.2f} / {r['k_halves']:.2f} / {r['k_truth']:.2f} | "
               + " | ".join(f"{v:.2f} ({m})" for m, v in r["counted"]) + " | "
               + " / ".join(f"{r['errors'][e]:+.4f}" for e in ("before", "oracle_mean", "halves_mean")) + " |", flush=True)
     if a.json:
