@@ -27,3 +27,13 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
         for item in gpu:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def torch_threads_kept():
+    """For a test whose code sets torch's thread count for its process (an embedding stage's one
+    thread per worker): the count is put back after, so later tests run as before."""
+    import torch
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)

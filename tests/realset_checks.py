@@ -59,3 +59,12 @@ def check_real_set_data(data, man, n_brute=None):
                     j += 1
                 assert j < top.size and abs(top[j] - s) <= 1e-6, (f, q, s)
                 j += 1
+
+
+def check_no_query_codepoint_in_pool(data):
+    """A glyph set (docs/realset3.md): no pool image is a glyph of a query's codepoint (the query ids
+    name it, ``q:U+XXXX:FONT``), in any font."""
+    queries = pq.read_table(data / "qrels.parquet").column("query_id").to_pylist()
+    cps = {int(q.split(":")[1][2:], 16) for q in queries}
+    pool = pq.read_table(data / "pool_ids.parquet").column("codepoint").to_numpy()
+    assert len(cps) == len(set(queries)) and not np.isin(pool, list(cps)).any()

@@ -27,3 +27,17 @@ def test_band_ratios_are_sums_of_counts_over_sums_of_expectations_per_band():
     assert t.band_ratios(obs, mu, depth) == [(2, 2.0), (1, 3.0), (2, 2.0)]
     n, r = t.band_ratios(obs[:2], mu[:2], depth[:2])[1]
     assert n == 0 and np.isnan(r)                                     # an empty band says so
+
+
+def test_a_simulator_cell_compares_halves_and_truth_on_the_same_positives():
+    """One design scenario on a shallow pool runs end to end: every field is there, finite and in
+    range, and the bands count only the positives the sample counts nothing above."""
+    t = _load()
+    name, f, r = next(t.cells("design", "evt-eb", [0.05], None, 20_000.0, 1000))
+    assert f == 0.05 and name
+    assert len(r["halves"]) == len(r["truth"]) == len(r["quarters"]) == len(t.BANDS)
+    assert len(r["oracle_ratios"]) == len(t.BANDS) + 2 and len(r["counted"]) == len(t.COUNTED)
+    assert all(np.isfinite(v) for v in r["errors"].values())
+    assert 0 < r["k_halves"] and 0 < r["k_truth"] and 0 < r["k_quarters"]
+    # the edge positives are fewer than all positives, and most of them sit past 1e-3 of the sample
+    assert sum(n for n, _ in r["truth"]) <= r["zero_positives"] and 0 <= r["zero_below_1e-3"] < 1

@@ -209,7 +209,7 @@ def _texts_table(work, n_queries, n_pool, rng):
     return pq.read_table(work / "texts.parquet").to_pandas()
 
 
-def test_embed_stage_writes_every_chunk_once_and_resumes(tmp_path, tiny_model_dir, monkeypatch):
+def test_embed_stage_writes_every_chunk_once_and_resumes(tmp_path, tiny_model_dir, monkeypatch, torch_threads_kept):
     monkeypatch.setattr(build, "CHUNK", 16)
     texts = _texts_table(tmp_path, 5, 60, np.random.default_rng(1))
     build.stage_embed(tmp_path, model_dir=tiny_model_dir)

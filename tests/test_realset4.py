@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from realset_checks import check_real_set_data
+from realset_checks import check_no_query_codepoint_in_pool, check_real_set_data
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "realset4" / "data"
@@ -41,3 +41,4 @@ def test_the_committed_set_is_whole_and_consistent():
     assert sorted(man["packages"]) == sorted(build.PACKAGES)
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 80e6
     check_real_set_data(DATA, man, n_brute=100)
+    check_no_query_codepoint_in_pool(DATA)

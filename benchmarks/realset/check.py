@@ -2,7 +2,7 @@
 
 For every committed draw: ``rscale estimate DRAW -m METHOD -o H`` then ``rscale predict H --n N
 --sample DRAW`` (N = the pool size) through the CLI itself (in process, typer's runner), for the
-hardness estimators evt-eb (default), evt, evt-paper, count and sdm; the curve baselines (loguniform,
+hardness estimators evt, evt-eb (the default), evt-paper, count and sdm; the curve baselines (loguniform,
 powerlaw; no CLI command) through ``rscale.core.estimators.methods.estimate`` as
 benchmarks/accuracy.py calls them; and the naive value at S. Compared with the truth in the
 manifest: signed error per draw, mean |error| per fraction, and for the hardness estimators

@@ -290,6 +290,7 @@ def stage_corpus(work: Path, packages=PACKAGES, fonts=None, doc: str = "docs/rea
     counts.update(skipped)
     meta = {"versions": versions, "counts": counts, "seconds": time.perf_counter() - t0,
             "renderer": {"pillow": PIL.__version__, "freetype": features.version("freetype2"), "canvas": CANVAS,
+                         "unicode": unicodedata.unidata_version,
                          "em": EM, "max_ink": MAX_INK, "layout": "basic"}}
     (work / "corpus.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     print(json.dumps(meta))
