@@ -20,10 +20,12 @@ model depth:
 and, for the truth side, the share of those positives with no distractor above them in the whole
 pool. Last, for the positives the sample does count (c >= 1), the truth's ratio to the estimate by
 sampled count: where the edge's error may be offset (an estimate too hard for lightly counted
-positives, for instance). And the mAP@1000 error of a mean correction with no spread: every edge
+positives, for instance), beside the halves' view of it (a half's positives with that count against
+the other half's counts). And the mAP@1000 error of a mean correction with no spread: every edge
 positive's draws times its band's ratio, the truth's in every band (an oracle of the mean) or the
-halves' in the bands they measure; against the manifest's truth on a real set, the law's value
-under the true x on the simulator.
+halves' in the bands they measure (and, ``halves_mean_counted``, the positives counted 1 and 2-4
+times too, each by the halves' ratio for that count); against the manifest's truth on a real set,
+the law's value under the true x on the simulator.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set realset3 [--fractions 0.01,0.05] [--draws 2]
      PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set design --pool 20000 --k 1000
@@ -44,6 +46,7 @@ from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, pair_counts, 
 
 QUARTER_SEED = 9_100        # the split of half A into two quarters (the spread at a third scale)
 SEEN_REAL_SETS = ("realset", "realset2", "realset3")     # realset4 is held out (docs/realset4.md)
+ERRORS = ("before", "oracle_mean", "halves_mean", "halves_mean_counted")
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
@@ -65,7 +68,7 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     are taken against."""
     sizes = np.diff(est.offsets)
     from rscale.core.subsample import split_halves
-    obs, mu, log_d, (a_half, _), _ = half_counts(ss, est, method)
+    obs, mu, log_d, (a_half, xa), (b_half, xb) = half_counts(ss, est, method)
     x = point(est)
     depth = x * np.repeat(ss.n_sampled, sizes)
     zero = ss.pos_counts == 0
@@ -84,11 +87,18 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
                  if np.any(zero & (depth >= lo) & (depth < hi)) else float("nan") for lo, hi in BANDS]
     # the positives the sample counts: the truth's ratio to the estimate, by sampled count (is the
     # edge's error compensated here?)
-    counted = []
+    counted, counted_halves = [], []
     for lo, hi in COUNTED:
         sel = (ss.pos_counts >= lo) & ((ss.pos_counts <= hi) if hi is not None else True)
         m = float((x[sel] * n).sum())
         counted.append((int(sel.sum()), float(true_count[sel].sum()) / m if m > 0 else float("nan")))
+        # the halves' view of the same: a half's lightly counted positives against the other half's counts
+        o = m_h = 0.0
+        for xh, own, other in ((xa, a_half, b_half), (xb, b_half, a_half)):
+            own_sel = (own.pos_counts >= lo) & ((own.pos_counts <= hi) if hi is not None else True)
+            o += float(other.pos_counts[own_sel].sum())
+            m_h += float((xh * np.repeat(other.n_sampled, sizes))[own_sel].sum())
+        counted_halves.append(o / m_h if m_h > 0 else float("nan"))
     # a mean correction without a spread: the edge positives' draws times their band's ratio, the
     # truth's (an oracle: every band, below 1e-3 and above 1 included) or the halves' (the three bands
     # they measure; 1 elsewhere)
@@ -97,16 +107,20 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     oracle_bands = ((0.0, BANDS[0][0]), *BANDS, (BANDS[-1][1], np.inf))
     oracle_r = band_ratios(true_count[zero], x[zero] * n, depth[zero], oracle_bands)
 
-    def scaled(bands, ratios):
+    def scaled(bands, ratios, by_count=()):
         f = np.ones_like(x)
         for (lo, hi), (_, r) in zip(bands, ratios):
             f[zero & (depth >= lo) & (depth < hi)] = r if np.isfinite(r) else 1.0
+        for (lo, hi), r in by_count:          # lightly counted positives, by sampled count
+            f[(ss.pos_counts >= lo) & (ss.pos_counts <= hi)] = r if np.isfinite(r) else 1.0
         return mean_ap(draws * f[None], est.offsets, n, mode) - truth_value
+    light = list(zip(COUNTED[:2], counted_halves[:2]))       # c = 1 and c = 2-4, where the tail model sets x
     errors = {"before": mean_ap(draws, est.offsets, n, mode) - truth_value,
-              "oracle_mean": scaled(oracle_bands, oracle_r), "halves_mean": scaled(BANDS, halves)}
+              "oracle_mean": scaled(oracle_bands, oracle_r), "halves_mean": scaled(BANDS, halves),
+              "halves_mean_counted": scaled(BANDS, halves, light)}
     return {"halves": halves, "truth": truth, "none_at_n": none_at_n, "k_halves": k_halves, "k_truth": k_truth,
             "quarters": quarters, "k_quarters": k_quarters,
-            "counted": counted, "errors": errors, "oracle_ratios": oracle_r,
+            "counted": counted, "counted_halves": counted_halves, "errors": errors, "oracle_ratios": oracle_r,
             "zero_positives": int(zero.sum()), "zero_below_1e-3": float(np.mean(depth[zero] < BANDS[0][0]))}
 
 
@@ -159,17 +173,17 @@ def main(argv=None):
     fractions = [float(x) for x in a.fractions.split(",")]
     rows = []
     bands = " | ".join(f"[{lo:g}, {hi:g}): halves / truth (n) / none at N" for lo, hi in BANDS)
-    cnt = " | ".join(f"c {lo}{'+' if hi is None else '' if hi == lo else f'-{hi}'}: truth (n)" for lo, hi in COUNTED)
+    cnt = " | ".join(f"c {lo}{'+' if hi is None else '' if hi == lo else f'-{hi}'}: halves / truth (n)" for lo, hi in COUNTED)
     print(f"| set | cell | S/N | {bands} | c = 0 below 1e-3 | k quarters / halves / truth | {cnt} "
-          "| error before / oracle mean / halves mean |")
+          "| error " + " / ".join(ERRORS) + " |")
     print("|---|---|---|" + "---|" * (len(BANDS) + 3 + len(COUNTED)))
     for cell, f, r in cells(a.which, a.method, fractions, a.draws, a.pool, a.k):
         rows.append({"set": a.which, "cell": cell, "fraction": f, **r})
         parts = [f"{h[1]:.2f} / {t[1]:.2f} ({t[0]}) / {z:.2f}" for h, t, z in zip(r["halves"], r["truth"], r["none_at_n"])]
         ks = f"{r['k_quarters']:.2f} / {r['k_halves']:.2f} / {r['k_truth']:.2f}"
         print(f"| {a.which} | {cell} | {f:g} | " + " | ".join(parts) + f" | {r['zero_below_1e-3']:.2f} | {ks} | "
-              + " | ".join(f"{v:.2f} ({m})" for m, v in r["counted"]) + " | "
-              + " / ".join(f"{r['errors'][e]:+.4f}" for e in ("before", "oracle_mean", "halves_mean")) + " |", flush=True)
+              + " | ".join(f"{h:.2f} / {v:.2f} ({m})" for (m, v), h in zip(r["counted"], r["counted_halves"])) + " | "
+              + " / ".join(f"{r['errors'][e]:+.4f}" for e in ERRORS) + " |", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 
