@@ -25,7 +25,9 @@ the other half's counts). And the mAP@1000 error of a mean correction with no sp
 positive's draws times its band's ratio, the truth's in every band (an oracle of the mean) or the
 halves' in the bands they measure (and, ``halves_mean_counted``, the positives counted 1 and 2-4
 times too, each by the halves' ratio for that count); against the manifest's truth on a real set,
-the law's value under the true x on the simulator.
+the law's value under the true x on the simulator. Last, the oracle again with the edge
+positives' posterior draws collapsed to their mean (``oracle_mean_no_draw_spread``): how much of
+what exact means leave is the spread of the estimate's own draws.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set realset3 [--fractions 0.01,0.05] [--draws 2]
      PYTHONPATH=src .venv/bin/python benchmarks/edge_transfer.py --set design --pool 20000 --k 1000
@@ -46,7 +48,7 @@ from edge_calibration import DEPTH, N_SIM, fit_ratio, half_counts, pair_counts, 
 
 QUARTER_SEED = 9_100        # the split of half A into two quarters (the spread at a third scale)
 SEEN_REAL_SETS = ("realset", "realset2", "realset3")     # realset4 is held out (docs/realset4.md)
-ERRORS = ("before", "oracle_mean", "halves_mean", "halves_mean_counted")
+ERRORS = ("before", "oracle_mean", "halves_mean", "halves_mean_counted", "oracle_mean_no_draw_spread")
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
@@ -107,17 +109,21 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     oracle_bands = ((0.0, BANDS[0][0]), *BANDS, (BANDS[-1][1], np.inf))
     oracle_r = band_ratios(true_count[zero], x[zero] * n, depth[zero], oracle_bands)
 
-    def scaled(bands, ratios, by_count=()):
+    def scaled(bands, ratios, by_count=(), stack=draws):
         f = np.ones_like(x)
         for (lo, hi), (_, r) in zip(bands, ratios):
             f[zero & (depth >= lo) & (depth < hi)] = r if np.isfinite(r) else 1.0
         for (lo, hi), r in by_count:          # lightly counted positives, by sampled count
             f[(ss.pos_counts >= lo) & (ss.pos_counts <= hi)] = r if np.isfinite(r) else 1.0
-        return mean_ap(draws * f[None], est.offsets, n, mode) - truth_value
+        return mean_ap(stack * f[None], est.offsets, n, mode) - truth_value
+    # the same oracle with the edge positives' posterior draws collapsed to their mean: how much of
+    # what the exact band means leave is the spread of the estimate's own draws
+    collapsed = np.where(zero[None], x[None], draws)
     light = list(zip(COUNTED[:2], counted_halves[:2]))       # c = 1 and c = 2-4, where the tail model sets x
     errors = {"before": mean_ap(draws, est.offsets, n, mode) - truth_value,
               "oracle_mean": scaled(oracle_bands, oracle_r), "halves_mean": scaled(BANDS, halves),
-              "halves_mean_counted": scaled(BANDS, halves, light)}
+              "halves_mean_counted": scaled(BANDS, halves, light),
+              "oracle_mean_no_draw_spread": scaled(oracle_bands, oracle_r, stack=collapsed)}
     return {"halves": halves, "truth": truth, "none_at_n": none_at_n, "k_halves": k_halves, "k_truth": k_truth,
             "quarters": quarters, "k_quarters": k_quarters,
             "counted": counted, "counted_halves": counted_halves, "errors": errors, "oracle_ratios": oracle_r,
