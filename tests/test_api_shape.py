@@ -38,7 +38,7 @@ def test_one_config_reader(tmp_path):
 USED_WITHOUT_IMPORT = {"sqlalchemy": "mlflow's SQLite tracking store", "alembic": "mlflow's SQLite tracking store",
                        "dvc": "the pipeline's command-line tool", "pytest": "the test runner"}
 IMPORT_NAME = {"pillow": "PIL", "faiss-cpu": "faiss", "mlflow-skinny": "mlflow", "scikit-learn": "sklearn",
-               "scikit-image": "skimage", "ir-measures": "ir_measures"}
+               "scikit-image": "skimage", "ir-measures": "ir_measures", "fonttools": "fontTools"}
 
 
 def _imported_top_levels(folder) -> set:
