@@ -41,3 +41,28 @@ def test_a_simulator_cell_compares_halves_and_truth_on_the_same_positives():
     assert 0 < r["k_halves"] and 0 < r["k_truth"] and 0 < r["k_quarters"]
     # the edge positives are fewer than all positives, and most of them sit past 1e-3 of the sample
     assert sum(n for n, _ in r["truth"]) <= r["zero_positives"] and 0 <= r["zero_below_1e-3"] < 1
+
+
+def test_data_reads_a_derivative_folder_instead_of_the_committed_one(tmp_path):
+    """``--data DIR`` (a seen set's derivative, e.g. a build with ``--pool-cut``): the rows come from
+    DIR, whatever set is named; the committed folder is read only without it."""
+    import json
+    t = _load()
+    args = ["--method", "evt", "--fractions", "0.1", "--draws", "1"]
+    t.main(["--set", "realset", *args, "--json", str(tmp_path / "own.json")])
+    t.main(["--set", "realset2", "--data", str(ROOT / "benchmarks" / "realset" / "data"), *args,
+            "--json", str(tmp_path / "via_data.json")])
+    own, via = (json.loads((tmp_path / f).read_text()) for f in ("own.json", "via_data.json"))
+    assert [r["errors"] for r in own] == [r["errors"] for r in via] and len(own) == 1
+
+
+def test_held_out_sets_are_refused_without_held_out():
+    """cov4 and realset4 are measured once, by the round that wrote its rule down: without
+    ``--held-out`` the script stops before reading anything, naming the flag."""
+    import pytest
+    t = _load()
+    for name in t.HELD_OUT_SETS:
+        with pytest.raises(SystemExit, match="--held-out"):
+            t.main(["--set", name])
+    with pytest.raises(SystemExit, match="a seen simulator set"):
+        t.main(["--set", "cov3", "--held-out"])          # spent: neither seen design data nor held out now

@@ -215,6 +215,24 @@ def test_score_stage_writes_truth_draws_and_a_manifest_that_match(standin):
 
 
 
+def test_a_cut_pool_is_the_lowest_partition_slice_and_its_draws_are_slices_of_it(standin, tmp_path):
+    """``score --pool-cut M`` (a diagnostic derivative: the same queries, a shallower sample at each
+    fraction) keeps the M pool images of lowest u, and its truth and draws are consistent with that
+    pool as a whole set's are with the whole pool."""
+    work, full, glyphs = standin
+    cut = 1200
+    out = tmp_path / "cut"
+    build.stage_score(work, out, pool_cut=cut)
+    man = json.loads((out / "manifest.json").read_text())
+    pool = pq.read_table(out / "pool_ids.parquet").to_pandas()
+    whole = pq.read_table(full / "pool_ids.parquet").to_pandas()
+    assert man["pool"] == cut and man["pool_designed"] == len(whole) and man["u_max"] < 1.0
+    assert set(pool["id"]) == set(whole.nsmallest(cut, "u")["id"]) and man["u_max"] == pool["u"].max()
+    check_real_set_data(out, man)
+    with pytest.raises(SystemExit, match="--pool-cut"):
+        build.stage_score(work, tmp_path / "bad", pool_cut=len(whole) + 1)
+
+
 def test_the_committed_set_is_whole_and_consistent():
     man = json.loads((DATA / "manifest.json").read_text())
     assert man["pool"] >= 200_000 and man["queries"] == 1000

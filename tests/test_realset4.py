@@ -27,10 +27,12 @@ def test_the_build_is_the_glyph_build_with_this_sets_packages_and_folder(monkeyp
     seen = {}
     monkeypatch.setattr(build, "glyph_build", lambda: glyphs)
     monkeypatch.setattr(glyphs, "stage_corpus", lambda work, packages, doc: seen.update(packages=packages, doc=doc))
-    monkeypatch.setattr(glyphs, "stage_score", lambda work, out, benchmark: seen.update(out=out, benchmark=benchmark))
+    monkeypatch.setattr(glyphs, "stage_score", lambda work, out, benchmark, pool_cut=0:
+                        seen.update(out=out, benchmark=benchmark, pool_cut=pool_cut))
     build.main(["corpus", "--work", "/nonexistent"])
     build.main(["score", "--work", "/nonexistent"])
-    assert seen == {"packages": build.PACKAGES, "doc": "docs/realset4.md", "out": DATA, "benchmark": "realset4-cjk-glyphs"}
+    assert seen == {"packages": build.PACKAGES, "doc": "docs/realset4.md", "out": DATA, "benchmark": "realset4-cjk-glyphs",
+                    "pool_cut": 0}
     assert not set(build.PACKAGES) & set(glyphs.PACKAGES)           # another corpus than realset3's
 
 

@@ -189,6 +189,21 @@ def embedded_set(table, vec: dict):
     return args, pool, full_pool
 
 
+def cut_pool(args: dict, pool, size: int):
+    """(``args``, ``pool``) of :func:`embedded_set` with the pool cut to its ``size`` lowest partition
+    values u (a uniform slice u <= u_max of the pool, so :func:`score_draws` cuts the same draws
+    from it): the same queries and data with a shallower sample at each fraction."""
+    import numpy as np
+    u = pool["u"].to_numpy()
+    if not 0 < size <= len(u):
+        sys.exit(f"--pool-cut {size}: must lie in 1..{len(u)} (the embedded pool)")
+    keep = np.zeros(len(u), bool)
+    keep[np.argsort(u, kind="stable")[:size]] = True
+    cut = {**args, "pool_ids": args["pool_ids"][keep], "pool_vectors": args["pool_vectors"][keep],
+           "u_max": float(u[keep].max())}
+    return cut, pool[keep]
+
+
 def embedded_prefix(work: Path, n_chunks: int) -> int:
     """How many leading chunks are embedded (a cut embedding keeps the uniform slice u < u_max)."""
     c = 0

@@ -352,7 +352,10 @@ def stage_embed(work: Path, limit: int = 0):
     protocol.embed_chunks(work, [len(ch[0]) for ch in chunks], embed_chunk, info, unit="glyphs")
 
 
-def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK):
+def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK, pool_cut: int = 0):
+    """``pool_cut`` > 0: a diagnostic derivative, not the committed set: the pool cut to its first
+    ``pool_cut`` images in partition order (the slice u <= u_max, the draws the same slices of it),
+    so the same queries and data have a shallower sample at each fraction."""
     import pyarrow.parquet as pq
 
     glyphs = pq.read_table(work / "glyphs.parquet").to_pandas()
@@ -360,6 +363,8 @@ def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK):
     chunks = chunks_of(glyphs)
     vec = protocol.embedded_vectors(work, len(chunks))
     args, pool, full_pool = protocol.embedded_set(glyphs, vec)
+    if pool_cut:
+        args, pool = protocol.cut_pool(args, pool, pool_cut)
     meta = {"backbone": "mobilenet_v2", "pooling": "pooled", "source": benchmark}
     manifest = protocol.write_scored_set(
         work, out, **args,
@@ -383,6 +388,9 @@ def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", default=str(data or Path(__file__).parent / "data"))
     ap.add_argument("--limit", type=int, default=0, help="embed: a speed check on the first LIMIT glyphs, nothing saved")
+    ap.add_argument("--pool-cut", type=int, default=0,
+                    help="score: a diagnostic derivative with the pool cut to its first POOL_CUT images in partition "
+                         "order (write it to another --out; the committed set is the whole pool)")
     a = ap.parse_args(argv)
     work = Path(a.work)
     if a.stage == "corpus":
@@ -390,7 +398,7 @@ def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset
     elif a.stage == "embed":
         stage_embed(work, a.limit)
     else:
-        stage_score(work, Path(a.out), benchmark)
+        stage_score(work, Path(a.out), benchmark, pool_cut=a.pool_cut)
 
 
 if __name__ == "__main__":
