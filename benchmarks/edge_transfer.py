@@ -54,17 +54,42 @@ HELD_OUT_SETS = ("cov4", "realset4")
 ERRORS = ("before", "oracle_mean", "halves_mean", "halves_mean_counted", "oracle_mean_no_draw_spread")
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
+RATIO_PRIOR = 1.0           # halves_band_factors: one expected and one observed count added per band
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
 
 
-def band_ratios(obs, mu, depth, bands=BANDS) -> list:
-    """[(positives, sum obs / sum mu)] per band of ``depth``; NaN where a band has no expectation."""
+def band_ratios(obs, mu, depth, bands=BANDS, prior: float = 0.0) -> list:
+    """[(positives, (sum obs + prior) / (sum mu + prior))] per band of ``depth``: the plain ratio with
+    ``prior`` 0 (NaN where a band has no expectation); ``prior`` > 0 adds that many expected and
+    observed counts (a Gamma prior on the ratio with mean 1: the model is right unless the counts
+    say otherwise), so a band with little expectation stays near 1 instead of 0 or a wild ratio."""
     out = []
     for lo, hi in bands:
         sel = (depth >= lo) & (depth < hi)
-        m = float(mu[sel].sum())
-        out.append((int(sel.sum()), float(obs[sel].sum()) / m if m > 0 else float("nan")))
+        m = float(mu[sel].sum()) + prior
+        out.append((int(sel.sum()), (float(obs[sel].sum()) + prior) / m if m > 0 else float("nan")))
     return out
+
+
+def band_factors(zero, depth, bands, ratios) -> np.ndarray:
+    """Per positive: its band's ratio where ``zero`` (the sample counts nothing above it) and its
+    model depth lies in a band, else 1 (also where a band's ratio is not finite)."""
+    f = np.ones(depth.shape)
+    for (lo, hi), (_, r) in zip(bands, ratios):
+        f[zero & (depth >= lo) & (depth < hi)] = r if np.isfinite(r) else 1.0
+    return f
+
+
+def halves_band_factors(ss, est, method: str, prior: float = RATIO_PRIOR):
+    """(factors, band ratios): the halves' band means (:func:`band_ratios` of the other half's
+    counts over the own half's model, both directions of the first split, with ``prior``) as a
+    factor on each edge positive of the full estimate (``zero``, model depth d = x S in
+    :data:`BANDS`), 1 elsewhere."""
+    obs, mu, log_d, _, _ = half_counts(ss, est, method)
+    halves = band_ratios(obs, mu, np.exp(log_d), prior=prior)
+    sizes = np.diff(est.offsets)
+    depth = point(est) * np.repeat(ss.n_sampled, sizes)
+    return band_factors(ss.pos_counts == 0, depth, BANDS, halves), halves
 
 
 def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> dict:
@@ -113,9 +138,7 @@ def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> 
     oracle_r = band_ratios(true_count[zero], x[zero] * n, depth[zero], oracle_bands)
 
     def scaled(bands, ratios, by_count=(), stack=draws):
-        f = np.ones_like(x)
-        for (lo, hi), (_, r) in zip(bands, ratios):
-            f[zero & (depth >= lo) & (depth < hi)] = r if np.isfinite(r) else 1.0
+        f = band_factors(zero, depth, bands, ratios)
         for (lo, hi), r in by_count:          # lightly counted positives, by sampled count
             f[(ss.pos_counts >= lo) & (ss.pos_counts <= hi)] = r if np.isfinite(r) else 1.0
         return mean_ap(stack * f[None], est.offsets, n, mode) - truth_value

@@ -1,0 +1,145 @@
+"""Averaging the two edge models the sample cannot tell apart (issue 14; docs/benchmarks.md, "Two
+edge models, averaged"); a benchmark of a candidate rule, nothing of it is in ``src/``.
+
+Past the sample's edge (positives the sample counts no distractor above) evt-eb's hardness is its
+tail model's extrapolation, and its 16 posterior draws carry the spread. The complementary halves
+measure that model's mean error there (the other half's counts over the own half's model, in three
+decades of model depth: ``edge_transfer.halves_band_factors``), and the full pool confirms those
+means on every real set, but not the spread that decides whether correcting the mean helps mAP;
+the halves do not identify it (docs/benchmarks.md, "Does the halves' edge ratio transfer?" and "Is
+it the sample's depth?"). So two models fit the sample equally well:
+
+- ``U``: evt-eb as shipped;
+- ``C``: every edge positive's draws times its band's halves ratio (1 outside the bands).
+
+The candidate gives each weight 1/2 (the sample carries no evidence between them): its point is
+the mean of the two predictions, and its benchmark interval the shipped interval of ``U`` joined
+with the same interval moved by C - U (the union of the two models' intervals).
+
+Per cell, through the shipped path (``benchmarks/accuracy_table.py``'s ``run_cell``: estimate ->
+register -> query, cached): U's value and benchmark interval and the truth (realised mAP@1000 of
+the simulator's gallery at N = 1e8, or a real set's full-pool value); then C - U from the fit the
+cell stored (two half fits of the first split). Printed: the signed errors of U, the average and
+C, the coverage and width of U's interval and of the union, and |U - query| (the script's own
+prediction of U against what the query answered: 0 up to rounding, a check that U is what a user
+gets).
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_average.py --set design [--fractions 0.01,0.05] [--json rows.json]
+     PYTHONPATH=src .venv/bin/python benchmarks/edge_average.py --set cov4 --held-out     # once, written down first
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import accuracy_table as T  # noqa: E402
+from bias_by_depth import DESIGN_SETS  # noqa: E402  (the seen simulator sets)
+from bias_by_depth import mean_metric as mean_ap  # noqa: E402
+from edge_transfer import HELD_OUT_SETS, SEEN_REAL_SETS, halves_band_factors  # noqa: E402
+
+METHOD = "evt-eb"
+DEFAULT_CACHE = Path.home() / ".cache" / "rscale" / "accuracy_table"
+
+
+def held_out_sim_draws(name: str, fractions) -> list:
+    """The accuracy table's draw 0 of every scenario of a held-out simulator set
+    (``interval_carry.HELD_OUT``), as ``T.sim_draws`` makes them for the table's own sets."""
+    from interval_carry import HELD_OUT
+    scenarios, offset = HELD_OUT[name]
+    out = []
+    for sc_name, family, hl, nq in scenarios:
+        spec = {"name": sc_name, "family": family, "n_queries": nq, "hardness": dict(vars(hl))}
+        for f in fractions:
+            s = int(f * T.SIM_N)
+            sim = {"spec": spec, "s": s, "k": min(4000, s), "seed": 7 + offset}
+            out.append(T.Draw(name, sc_name, f, 0, T.SIM_N, sim=sim, identity=json.dumps(sim, sort_keys=True, default=str)))
+    return out
+
+
+def draws_of(name: str, fractions) -> list:
+    if name in SEEN_REAL_SETS or name == "realset4":
+        return T.real_draws(name, fractions, None)
+    if name in HELD_OUT_SETS:
+        return held_out_sim_draws(name, fractions)
+    return T.sim_draws(name, fractions, 1)
+
+
+def cell(draw, cache: Path) -> dict:
+    """One cell (module docstring)."""
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.sample_stats_file import read_sample_stats
+    res = T.run_cell(draw, METHOD, str(cache))
+    if "failed" in res or res.get("lo") is None:
+        raise RuntimeError(f"{draw.label}: the shipped path failed: {res.get('failed')}")
+    sample, _ = T.cached_sample(draw, cache)
+    fit = T._valid_fit(cache, sample, METHOD)
+    est, _ = read_hardness(Path(fit["dir"]) / fit["file"])
+    ss = read_sample_stats(sample)
+    f, ratios = halves_band_factors(ss, est, METHOD)
+    draws = est.draws.T
+    u = mean_ap(draws, est.offsets, draw.n, "expected")
+    c = mean_ap(draws * f[None], est.offsets, draw.n, "expected")
+    shift = c - u
+    v, lo, hi, t = res["value"], res["lo"], res["hi"], res["truth"]
+    lo2, hi2 = min(lo, lo + shift), max(hi, hi + shift)
+    return {"set": draw.set, "cell": draw.scenario if draw.sim else f"draw {draw.draw}", "fraction": draw.fraction,
+            "truth": t, "value": v, "shift": shift, "u_check": abs(u - v), "band_ratios": [r for _, r in ratios],
+            "err_U": v - t, "err_average": v + shift / 2 - t, "err_C": v + shift - t,
+            "covered_U": bool(lo <= t <= hi), "width_U": hi - lo,
+            "covered_union": bool(lo2 <= t <= hi2), "width_union": hi2 - lo2}
+
+
+def summary(rows: list) -> str:
+    out = ["| set | S/N | cells | MAE U | MAE average | MAE C | U covers | width | union covers | width | max abs U | max abs average |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in sorted({r["set"] for r in rows}):
+        for f in sorted({r["fraction"] for r in rows if r["set"] == s}):
+            rs = [r for r in rows if r["set"] == s and r["fraction"] == f]
+
+            def m(k):
+                return float(np.mean([abs(r[k]) for r in rs]))
+            out.append(f"| {s} | {f:.0%} | {len(rs)} | {m('err_U'):.4f} | {m('err_average'):.4f} | {m('err_C'):.4f} | "
+                       f"{sum(r['covered_U'] for r in rs)}/{len(rs)} | {m('width_U'):.4f} | "
+                       f"{sum(r['covered_union'] for r in rs)}/{len(rs)} | {m('width_union'):.4f} | "
+                       f"{max(abs(r['err_U']) for r in rs):.4f} | {max(abs(r['err_average']) for r in rs):.4f} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", dest="which", required=True)
+    ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="the accuracy table's cache (shared with it)")
+    ap.add_argument("--held-out", action="store_true",
+                    help=f"allow {' and '.join(HELD_OUT_SETS)}: the single measurement written down before it")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    seen = (*DESIGN_SETS, *SEEN_REAL_SETS)
+    if a.which not in seen and not (a.held_out and a.which in HELD_OUT_SETS):
+        raise SystemExit(f"--set {a.which}: a seen set ({', '.join(seen)}) or, with --held-out, "
+                         f"{' or '.join(HELD_OUT_SETS)} (measured once, by the round that wrote down its rule)")
+    fractions = [float(x) for x in a.fractions.split(",")]
+    rows = []
+    print("| set | cell | S/N | truth | U | average | C | band ratios | U covers | union covers | |U - query| |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in draws_of(a.which, fractions):
+        r = cell(d, Path(a.cache))
+        rows.append(r)
+        print(f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err_U']:+.4f} | "
+              f"{r['err_average']:+.4f} | {r['err_C']:+.4f} | {' / '.join(f'{x:.2f}' for x in r['band_ratios'])} | "
+              f"{'yes' if r['covered_U'] else 'no'} | {'yes' if r['covered_union'] else 'no'} | {r['u_check']:.1e} |",
+              flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+    print()
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""benchmarks/edge_average.py: the two edge models' average and the union of their intervals,
+computed from a cell's stored fit beside what the shipped path answered for it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("edge_average", ROOT / "benchmarks" / "edge_average.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_a_real_cell_through_the_shipped_path(tmp_path):
+    """realset's first 1% draw: the script's own prediction of U is the query's answer, the average
+    is the midpoint of U and C, and the union holds the shipped interval and its move by C - U."""
+    ea = _load()
+    import accuracy_table as T
+    draw = T.real_draws("realset", [0.01], 1)[0]
+    r = ea.cell(draw, tmp_path / "cache")
+    assert r["u_check"] < 1e-12 and r["truth"] == draw.truth
+    assert r["err_average"] == pytest.approx((r["err_U"] + r["err_C"]) / 2, abs=1e-15)
+    assert r["err_C"] - r["err_U"] == pytest.approx(r["shift"], abs=1e-15)
+    assert r["width_union"] == pytest.approx(r["width_U"] + abs(r["shift"]), abs=1e-12)
+    assert r["covered_union"] >= r["covered_U"]
+    assert len(r["band_ratios"]) == 3 and all(b > 0 for b in r["band_ratios"])     # the prior keeps them positive
+    text = ea.summary([r])
+    assert "| realset | 1% | 1 |" in text
+
+
+def test_held_out_sets_need_held_out_and_others_are_refused():
+    ea = _load()
+    for name in ("cov4", "realset4"):
+        with pytest.raises(SystemExit, match="--held-out"):
+            ea.main(["--set", name])
+    with pytest.raises(SystemExit, match="a seen set"):
+        ea.main(["--set", "cov3", "--held-out"])
+
+
+def test_a_held_out_simulator_set_has_the_tables_draw_zero():
+    """cov4's cells are the accuracy table's draws would be: N = 1e8, K = min(4000, S), seed 7 +
+    the set's offset, one per scenario and fraction."""
+    ea = _load()
+    from interval_carry import HELD_OUT
+    draws = ea.draws_of("cov4", [0.01, 0.05])
+    scenarios, offset = HELD_OUT["cov4"]
+    assert len(draws) == 2 * len(scenarios)
+    assert all(d.n == 1e8 and d.sim["seed"] == 7 + offset and d.sim["k"] == 4000 and d.draw == 0 for d in draws)
+    assert sorted({d.sim["s"] for d in draws}) == [1_000_000, 5_000_000]
