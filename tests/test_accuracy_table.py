@@ -6,7 +6,6 @@ unchanged cells and recomputes changed ones."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import itertools
 import json
 import os
@@ -17,15 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmark_modules import load_benchmark
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod          # a dataclass needs its module registered
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark(f"{name}.py", f"bench_{name}")
 
 
 @pytest.fixture(scope="module")

@@ -3,21 +3,13 @@ computed from a cell's stored fit beside what the shipped path answered for it."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmark_modules import load_benchmark
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("edge_average", ROOT / "benchmarks" / "edge_average.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("edge_average.py")
 
 
 @pytest.mark.slow

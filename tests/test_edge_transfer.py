@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
+
+from benchmark_modules import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("edge_transfer", ROOT / "benchmarks" / "edge_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("edge_transfer.py")
 
 
 def test_band_ratios_are_sums_of_counts_over_sums_of_expectations_per_band():

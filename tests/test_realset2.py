@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmark_modules import load_benchmark
 from realset_checks import check_real_set_data
 from rscale.score.sampling import hash_uniform
 
@@ -22,14 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "realset2" / "data"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-build = _load("realset2_build", ROOT / "benchmarks" / "realset2" / "build.py")
+build = load_benchmark("realset2/build.py", "realset2_build")
 
 
 # ---------------------------------------------------------------- source parsing
@@ -308,7 +301,7 @@ def test_a_cut_embedding_keeps_the_uniform_slice_below_u_max(standin, tmp_path):
 
 def test_the_check_script_runs_end_to_end_on_the_stand_in(standin, tmp_path, capsys):
     _, out, _ = standin
-    check = _load("realset2_check", ROOT / "benchmarks" / "realset2" / "check.py")
+    check = load_benchmark("realset2/check.py", "realset2_check")
     report = tmp_path / "check.json"
     check.main(["--data", str(out), "--json", str(report), "--methods", "evt-eb,evt,count,loguniform",
                 "--fractions", "05pct,10pct"])
@@ -326,7 +319,7 @@ def test_the_check_script_runs_end_to_end_on_the_stand_in(standin, tmp_path, cap
 
 
 def test_the_check_reads_the_set_named_by_set(monkeypatch):
-    check = _load("realset_check", ROOT / "benchmarks" / "realset" / "check.py")
+    check = load_benchmark("realset/check.py", "realset_check")
     seen = {}
 
     def fake_read(p):

@@ -5,7 +5,6 @@ corpus that every test environment has), and the integrity of the committed data
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -14,20 +13,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from benchmark_modules import load_benchmark
 from realset_checks import check_no_query_codepoint_in_pool, check_real_set_data
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "realset3" / "data"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-build = _load("realset3_build", ROOT / "benchmarks" / "realset3" / "build.py")
+build = load_benchmark("realset3/build.py", "realset3_build")
 
 
 def _font(name):

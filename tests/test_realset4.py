@@ -4,10 +4,10 @@ estimator runs here: the set is held out for one measurement by a later round.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
+from benchmark_modules import load_benchmark
 from realset_checks import check_no_query_codepoint_in_pool, check_real_set_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,10 +15,7 @@ DATA = ROOT / "benchmarks" / "realset4" / "data"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("realset4_build", ROOT / "benchmarks" / "realset4" / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("realset4/build.py", "realset4_build")
 
 
 def test_the_build_is_the_glyph_build_with_this_sets_packages_and_folder(monkeypatch):
