@@ -68,8 +68,8 @@ COV3_SEED = 490_000
 
 # Held out (--set cov4): written down on 2026-12-07, after cov3 was spent on the edge calibration
 # (docs/benchmarks.md, "Where the bias lives") and before anything of the next round (estimator
-# or interval) was designed; nothing has been measured on it. Reserved for that round's single
-# measurement, with the target and decision rule it writes down first. New laws, query counts
+# or interval) was designed. Spent on 2026-12-07 by that round's single measurement (the edge
+# average, docs/benchmarks.md "Two edge models, averaged"); seen since. New laws, query counts
 # and a new seed offset; every family of the simulator once.
 COV4 = [
     ("neardup/power a1.3 cov4", "neardup", HardnessLaw("power", 1.3, 1e-11, 1e-2, immune=0.05, rho=0.4), 1010),
@@ -82,8 +82,25 @@ COV4 = [
     ("shoulder/loguniform mid cov4", "shoulder", HardnessLaw("loguniform", 1.0, 1e-11, 1e-2, immune=0.05, rho=0.3), 980),
 ]
 COV4_SEED = 530_000
+
+# Held out (--set cov5): written down on 2026-12-07, after cov4 was spent on the edge average
+# (docs/benchmarks.md, "Two edge models, averaged") and before anything of the round after it was
+# designed; nothing has been measured on it. Reserved for that round's single measurement, with the
+# target and decision rule it writes down first. New laws, query counts and a new seed offset;
+# every family of the simulator once.
+COV5 = [
+    ("neardup/loguniform wide cov5", "neardup", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.04, rho=0.3), 1060),
+    ("gaussian/power a1.25 cov5", "gaussian", HardnessLaw("power", 1.25, 1e-12, 1e-1, immune=0.05, rho=0.4), 1180),
+    ("bounded/power a1.4 cov5", "bounded", HardnessLaw("power", 1.4, 1e-11, 1e-1, immune=0.03, rho=0.3), 1000),
+    ("student/power a1.35 cov5", "student", HardnessLaw("power", 1.35, 1e-11, 1e-1, immune=0.02, rho=0.5), 1120),
+    ("logistic/power a1.2 cov5", "logistic", HardnessLaw("power", 1.2, 1e-12, 1e-1, immune=0.05, rho=0.5), 1040),
+    ("scalemix/loguniform mid cov5", "scalemix", HardnessLaw("loguniform", 1.0, 1e-12, 1e-2, immune=0.04, rho=0.3), 1150),
+    ("bigdup/loguniform wide cov5", "bigdup", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.03, rho=0.4), 1080),
+    ("shoulder/power a1.35 cov5", "shoulder", HardnessLaw("power", 1.35, 1e-12, 1e-1, immune=0.02, rho=0.6), 1020),
+]
+COV5_SEED = 570_000
 HELD_OUT = {"cov1": (COV1, COV1_SEED), "cov2": (COV2, COV2_SEED), "cov3": (COV3, COV3_SEED),
-            "cov4": (COV4, COV4_SEED)}
+            "cov4": (COV4, COV4_SEED), "cov5": (COV5, COV5_SEED)}
 
 
 def old_rule_band(est, bt, metric, k, mode, factor):

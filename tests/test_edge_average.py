@@ -30,17 +30,15 @@ def test_a_real_cell_through_the_shipped_path(tmp_path):
     assert "| realset | 1% | 1 |" in text
 
 
-def test_held_out_sets_need_held_out_and_others_are_refused():
+def test_the_set_guard_is_edge_transfers():
     ea = _load()
-    for name in ("cov4", "realset4"):
-        with pytest.raises(SystemExit, match="--held-out"):
-            ea.main(["--set", name])
-    with pytest.raises(SystemExit, match="a seen set"):
-        ea.main(["--set", "cov3", "--held-out"])
+    for name in ("cov5", "cov3"):
+        with pytest.raises(SystemExit, match="none is reserved"):
+            ea.main(["--set", name, "--held-out"])
 
 
 def test_a_held_out_simulator_set_has_the_tables_draw_zero():
-    """cov4's cells are the accuracy table's draws would be: N = 1e8, K = min(4000, S), seed 7 +
+    """cov4's cells are what the accuracy table's draws would be: N = 1e8, K = min(4000, S), seed 7 +
     the set's offset, one per scenario and fraction."""
     ea = _load()
     from interval_carry import HELD_OUT
