@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -121,6 +122,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     check_set(a.which, a.held_out)
     fractions = [float(x) for x in a.fractions.split(",")]
+    # the fits' lineage goes where the accuracy table's goes (its cache), not into the working folder
+    os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + str(Path(a.cache) / "mlruns.db"))
     rows = []
     print("| set | cell | S/N | truth | U | average | C | band ratios | U covers | union covers | |U - query| |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
