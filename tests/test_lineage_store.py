@@ -45,3 +45,15 @@ def test_producer_runs_started_at_once_on_a_fresh_store_all_succeed(tmp_path):
     exps = [e for e in client.search_experiments() if e.name == "rscale"]
     assert len(exps) == 1
     assert {r.info.run_id for r in client.search_runs([exps[0].experiment_id])} == ids
+
+
+def test_the_experiment_lookup_alone_uses_the_projects_store_not_mlflows_default(tmp_path):
+    """experiment_id outside a run (the accuracy table's warm-up) without $MLFLOW_TRACKING_URI set
+    the store up in mlruns.db, as a run does; it used to create MLflow's default mlflow.db in the
+    working directory."""
+    code = ("import mlflow; from rscale.producers.lineage import experiment_id; "
+            "print(experiment_id(mlflow))")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    assert (tmp_path / "mlruns.db").exists() and not (tmp_path / "mlflow.db").exists()

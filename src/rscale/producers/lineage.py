@@ -87,6 +87,13 @@ def _mlflow():
     return mlflow
 
 
+def use_default_store(mlflow) -> None:
+    """Point MLflow at the project's default store (``mlruns.db`` in the working directory) unless
+    ``$MLFLOW_TRACKING_URI`` names one; MLflow's own default would be ``mlflow.db``."""
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        mlflow.set_tracking_uri("sqlite:///" + os.path.abspath("mlruns.db"))
+
+
 def experiment_id(mlflow) -> str:
     """The id of the ``rscale`` experiment in the current tracking store, created on first use.
 
@@ -96,7 +103,10 @@ def experiment_id(mlflow) -> str:
     "duplicate column name", or both create the experiment. The lock serialises only that first
     touch per process and store; runs are logged without it. Other stores (a tracking server)
     set themselves up. A new experiment keeps its artifacts in ``mlartifacts/`` next to the
-    store's file (the working directory for other stores)."""
+    store's file (the working directory for other stores). The store is the project's default
+    unless ``$MLFLOW_TRACKING_URI`` names one (:func:`use_default_store`), also when this is called
+    before any run (a warm-up)."""
+    use_default_store(mlflow)
     uri = mlflow.get_tracking_uri()
     if not uri.startswith("sqlite:///"):
         return _get_or_create_experiment(mlflow, Path("mlartifacts").resolve())
@@ -147,8 +157,6 @@ def producer_run(stage: str, params: dict, inputs: dict, enabled: bool = True):
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import logging
     logging.getLogger("mlflow").setLevel(logging.WARNING)   # no INFO chatter on every stage
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        mlflow.set_tracking_uri("sqlite:///" + os.path.abspath("mlruns.db"))
     exp_id = experiment_id(mlflow)
     start = time.perf_counter()
     with mlflow.start_run(experiment_id=exp_id, run_name=stage) as run:
