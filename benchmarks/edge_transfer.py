@@ -57,20 +57,16 @@ HELD_OUT_SETS: tuple = ()
 ERRORS = ("before", "oracle_mean", "halves_mean", "halves_mean_counted", "oracle_mean_no_draw_spread")
 
 BANDS = ((1e-3, 1e-2), (1e-2, 1e-1), (1e-1, 1.0))
-RATIO_PRIOR = 1.0           # halves_band_factors: one expected and one observed count added per band
 COUNTED = ((1, 1), (2, 4), (5, 19), (20, None))     # sampled counts c of the positives the sample does count
 
 
-def band_ratios(obs, mu, depth, bands=BANDS, prior: float = 0.0) -> list:
-    """[(positives, (sum obs + prior) / (sum mu + prior))] per band of ``depth``: the plain ratio with
-    ``prior`` 0 (NaN where a band has no expectation); ``prior`` > 0 adds that many expected and
-    observed counts (a Gamma prior on the ratio with mean 1: the model is right unless the counts
-    say otherwise), so a band with little expectation stays near 1 instead of 0 or a wild ratio."""
+def band_ratios(obs, mu, depth, bands=BANDS) -> list:
+    """[(positives, sum obs / sum mu)] per band of ``depth``; NaN where a band has no expectation."""
     out = []
     for lo, hi in bands:
         sel = (depth >= lo) & (depth < hi)
-        m = float(mu[sel].sum()) + prior
-        out.append((int(sel.sum()), (float(obs[sel].sum()) + prior) / m if m > 0 else float("nan")))
+        m = float(mu[sel].sum())
+        out.append((int(sel.sum()), float(obs[sel].sum()) / m if m > 0 else float("nan")))
     return out
 
 
@@ -83,16 +79,16 @@ def band_factors(zero, depth, bands, ratios) -> np.ndarray:
     return f
 
 
-def halves_band_factors(ss, est, method: str, prior: float = RATIO_PRIOR):
-    """(factors, band ratios): the halves' band means (:func:`band_ratios` of the other half's
-    counts over the own half's model, both directions of the first split, with ``prior``) as a
-    factor on each edge positive of the full estimate (``zero``, model depth d = x S in
-    :data:`BANDS`), 1 elsewhere."""
-    obs, mu, log_d, _, _ = half_counts(ss, est, method)
-    halves = band_ratios(obs, mu, np.exp(log_d), prior=prior)
+def halves_band_factors(ss, est, method: str):
+    """(factors, band ratios): the second edge model of :mod:`rscale.core.edge_models` (the one
+    home of its rule, which rscale estimate stores since it was built), from the halves of the
+    first replicate split, as the benchmark of that rule computed it before it was built."""
+    from rscale.core.edge_models import edge_factor, halves_band_ratios
+    _, _, _, (a_half, xa), (b_half, xb) = half_counts(ss, est, method)
     sizes = np.diff(est.offsets)
-    depth = point(est) * np.repeat(ss.n_sampled, sizes)
-    return band_factors(ss.pos_counts == 0, depth, BANDS, halves), halves
+    ratios = halves_band_ratios((xa, a_half.pos_counts, np.repeat(a_half.n_sampled, sizes)),
+                                (xb, b_half.pos_counts, np.repeat(b_half.n_sampled, sizes)))
+    return edge_factor(point(est), ss.pos_counts, np.repeat(ss.n_sampled, sizes), ratios), ratios
 
 
 def transfer(ss, est, method: str, n: float, true_count, truth_value: float) -> dict:

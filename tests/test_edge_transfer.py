@@ -66,18 +66,3 @@ def test_only_seen_sets_or_a_reserved_held_out_set_run():
             t.check_set(name, held_out=True)
     with pytest.raises(SystemExit, match="--set cov5"):
         t.main(["--set", "cov5", "--held-out"])
-
-
-def test_the_prior_keeps_a_band_with_little_expectation_near_one():
-    """With a prior of one count a band the halves expect almost nothing in (and see nothing in)
-    stays near 1 instead of 0, an empty band is exactly 1, and a band with many counts keeps its
-    plain ratio to within the prior's weight."""
-    t = _load()
-    depth = np.array([2e-3, 0.05, 0.5])
-    obs, mu = np.array([0.0, 0.0, 300.0]), np.array([0.2, 0.0, 100.0])
-    plain = [r for _, r in t.band_ratios(obs, mu, depth)]
-    shrunk = [r for _, r in t.band_ratios(obs, mu, depth, prior=1.0)]
-    assert plain[0] == 0.0 and np.isnan(plain[1]) and plain[2] == 3.0
-    assert shrunk[0] == 1.0 / 1.2 and shrunk[1] == 1.0 and abs(shrunk[2] - 301 / 101) < 1e-15
-    f = t.band_factors(np.array([True, True, False]), depth, t.BANDS, t.band_ratios(obs, mu, depth, prior=1.0))
-    assert list(f) == [1.0 / 1.2, 1.0, 1.0]          # the counted positive keeps its hardness

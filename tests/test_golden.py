@@ -27,6 +27,8 @@ DIGESTS = {
     "hardness_v3.tail.parquet": "sha256:63d39e618ce020c6804f1c74c9c25b67d5e85f8c25af244642856987e90283ad",
     "hardness_v4.parquet": "sha256:89950802eabc5db7c4b79d4f12dd84ad22adee6bb826e182db03c554f288405e",
     "hardness_v4.tail.parquet": "sha256:ab8c5bc9f7ebca28f4f3a8a3ca0be2912199654625524ae5eedfd5970f30dffb",
+    "hardness_v5.parquet": "sha256:bba57ff801f94442568c6bd00061f669618368ef325ac0870f2afe648da05068",
+    "hardness_v5.tail.parquet": "sha256:ab8c5bc9f7ebca28f4f3a8a3ca0be2912199654625524ae5eedfd5970f30dffb",
     "sample_stats_v1.parquet": "sha256:d8b7d49bd7b09111d8d4440cccd00ee9bcd4ecb0dffbf0c752dd84bcb3ef4e48",
     "descriptors_v1/manifest.json": "sha256:04f73b9f42c315c51426bfd837d1082dba8a145ab7008e8a47c4de58a7acd2ca",
     "descriptors_v1/recipe.json": "sha256:14adcc5902c2cc596f021e2a0c79786563d27b29d50ecc1be25b2d514faa2e0e",
@@ -154,3 +156,34 @@ def test_descriptor_set_v1_manifest_and_shards(tmp_path):
     from rscale.errors import InvalidArgumentError
     with pytest.raises(InvalidArgumentError, match="another recipe"):
         check_recipe(GOLDEN / "descriptors_v1", {**recipe, "pooling": "mean"})
+
+
+def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_edge_models():
+    """Version 5: the second edge model's factor and what made it (rscale.edge); the prediction is
+    the mean of the model without it and the model with every draw times it, and the benchmark
+    interval the one without, widened on both sides by half the two models' distance. Versions 1-4
+    carry one model."""
+    from dataclasses import replace
+
+    from rscale.core.interval import predicted_intervals
+    from rscale.core.prediction import predict_per_query
+    v4, _ = read_hardness(GOLDEN / "hardness_v4.parquet")
+    v5, info5 = read_hardness(GOLDEN / "hardness_v5.parquet")
+    assert info5["schema_version"] == 5 and v5.x.tolist() == v4.x.tolist()
+    assert v5.edge_factor.tolist() == [2.0, 1, 1, 1, 1, 0.5, 1, 1] and v5.draws.shape == (8, 3)
+    assert info5["edge"]["ratios"] == [2.0, 1.0, 0.5] and info5["edge"]["weights"] == [0.5, 0.5]
+    for name in ("hardness_v1.parquet", "hardness_v2.parquet", "hardness_v3.parquet", "hardness_v4.parquet"):
+        est, info = read_hardness(GOLDEN / name)
+        assert est.edge_factor is None and info["edge"] == {}
+    one = replace(v5, edge_factor=None)                                   # model U
+    corrected = replace(v5, edge_factor=None, draws=v5.draws * v5.edge_factor[:, None])   # model C
+    for metric, k, n in (("AP", 100, 1e4), ("R", 1, 1e4)):
+        u, c = (predict_per_query(e, metric, n, k, "expected") for e in (one, corrected))
+        np.testing.assert_allclose(predict_per_query(v5, metric, n, k, "expected"), (u + c) / 2, rtol=0, atol=1e-15)
+        assert abs(c.mean() - u.mean()) > 1e-4                            # the two models differ here
+        bt = info5["backtest"]
+        [(_, lo_u, hi_u, _)] = predicted_intervals(one, [(metric, k, n)], mode="expected", backtest=bt)
+        [(pq, lo, hi, _)] = predicted_intervals(v5, [(metric, k, n)], mode="expected", backtest=bt)
+        shift = c.mean() - u.mean()
+        assert lo == pytest.approx(max(0.0, min(lo_u, lo_u + shift)), abs=1e-12)
+        assert hi == pytest.approx(min(1.0, max(hi_u, hi_u + shift)), abs=1e-12)

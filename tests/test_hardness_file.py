@@ -86,7 +86,7 @@ def test_backtest_columns_round_trip_and_bad_ones_are_refused(tmp_path, ss):
     got = info["backtest"]
     np.testing.assert_array_equal(got.columns, cols)
     assert got.column_factors.tolist() == factors.tolist()
-    assert info["schema_version"] == 4 and got.factors(back) == [4]          # no replicates: no factor 2
+    assert info["schema_version"] == 5 and got.factors(back) == [4]          # no replicates: no factor 2
     # metadata that no longer matches the columns: one line naming the column, not a traceback
     t = pq.read_table(tmp_path / "h.parquet")
     md = dict(t.schema.metadata)

@@ -90,15 +90,23 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
     est = run(ss, method, **kwargs)
     if not isinstance(est, HardnessEstimate):
         raise InvalidArgumentError(f"'{method}' does not produce per-positive hardness")
-    rep_meta, rep_note = {}, None
+    rep_meta, rep_note, edge_meta = {}, None, None
     if replicates:
         from dataclasses import replace
 
         from rscale.core.replicates import SEED, hardness_replicates, split_key, uses_recorded_halves
         from rscale.errors import RscaleError
+        first_split = {}
+
+        def keep_first_split(i, j, half, half_est):
+            if i == 0:
+                first_split[j] = (half, half_est)
         try:
-            reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2)
+            reps = hardness_replicates(ss, method=method, params=est.params, splits=replicates // 2,
+                                       on_half=keep_first_split)
             est = replace(est, replicates=reps)
+            if est.draws is not None:          # the second edge model (rscale.core.edge_models)
+                est, edge_meta = _with_edge_factor(est, ss, first_split)
             rep_meta = {"R": int(reps.shape[1]), "splits": replicates // 2, "kind": "half-sample pairs", "seed": SEED,
                         "split_key": split_key(ss, splits=replicates // 2, seed=SEED)}   # what pairs two versions
             if uses_recorded_halves(ss, replicates // 2):
@@ -116,7 +124,7 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
     secs = time.perf_counter() - t
     with producer_run("estimate", {"method": method, **kwargs}, {"sample_stats": digest_file(sample_stats)},
                       enabled=out is not None) as record:
-        written = [str(p) for p in write_hardness(est, ss, out, rep_meta, bt, bt_meta)] if out else []
+        written = [str(p) for p in write_hardness(est, ss, out, rep_meta, bt, bt_meta, edge_meta)] if out else []
         if written:
             from rscale.store.run_sidecar import write_run_sidecar
             write_run_sidecar(written[0], "estimate", record.run_id)
@@ -129,6 +137,8 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
                "backtest_factors": [] if bt is None else bt.factors(est), "fits": fits, "written": written}
     if rep_note:
         summary["replicates_note"] = rep_note
+    if edge_meta:
+        summary["edge_band_ratios"] = [round(r, 4) for r in edge_meta["ratios"]]
     if "xi" in est.tail:
         summary["median_tail_shape_xi"] = round(float(np.median(est.tail["xi"])), 4)
         # fits pinned at the exponential boundary: many of them say the bounded family is too light
@@ -141,6 +151,24 @@ def estimate(sample_stats, method: str = "evt-eb", *, params=(), out=None, repli
         from rscale.core.estimators.rejected_tails import rejected_tails
         summary["rejected_tail_share"] = round(float(rejected_tails(est, ss)[0].mean()), 4)
     return summary
+
+
+def _with_edge_factor(est, ss, first_split: dict):
+    """``est`` with the second edge model's factor (:mod:`rscale.core.edge_models`) from the first
+    replicate split's two halves (their sample stats and estimates, already made), and the file
+    metadata that records it (bands, prior, the measured ratios)."""
+    from dataclasses import replace
+
+    from rscale.core.edge_models import BANDS, PRIOR_COUNTS, edge_factor, halves_band_ratios
+    sizes = np.diff(est.offsets)
+
+    def triple(half, half_est):
+        return half_est.draws.mean(axis=1), half.pos_counts, np.repeat(half.n_sampled, sizes)
+    ratios = halves_band_ratios(triple(*first_split[0]), triple(*first_split[1]))
+    factor = edge_factor(est.draws.mean(axis=1), ss.pos_counts, np.repeat(ss.n_sampled, sizes), ratios)
+    meta = {"bands": [list(b) for b in BANDS], "prior_counts": PRIOR_COUNTS, "ratios": [float(r) for r in ratios],
+            "split": 0, "weights": [0.5, 0.5]}
+    return replace(est, edge_factor=factor), meta
 
 
 def check_sample_of(ss, est, *, info, sample_name, hardness_name) -> None:

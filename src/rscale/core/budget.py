@@ -5,7 +5,8 @@ It reads what the hardness table already carries and fits nothing. The S/2 predi
 average, per query, of the R stored half-sample replicates' predictions
 (:mod:`rscale.core.replicates`: R / 2 splits of the sample into two disjoint uniform halves, each
 half re-estimated with the same estimator and parameters at estimate time); the S prediction is
-the estimate's own (:func:`rscale.core.prediction.predict_per_query`). Per N in ``sizes``:
+the estimate's own (:func:`rscale.core.prediction.predict_per_query`; with two edge models, the
+tail model as fitted, the one the halves are). Per N in ``sizes``:
 the last step is the mean over queries of S minus the halves' average, with its paired query
 bootstrap CI, and N is supported when |last step| <= 1.96 sd / sqrt(Q) of the S prediction
 (:func:`rscale.core.uncertainty.sufficient_budget`).
@@ -45,7 +46,7 @@ def budget_check(est, *, metric: str = "AP", k: int | None = 1000, label: str = 
     predictions, the last step with its paired CI, the noise and whether N is supported, plus
     ``halves`` (how many replicates were averaged) and ``supported_up_to``. InvalidArgumentError
     (:data:`NO_REPLICATES`) when ``est`` has no replicates."""
-    from rscale.core.prediction import predict_per_query, replicate_per_query
+    from rscale.core.prediction import edge_models_per_query, predict_per_query, replicate_per_query
     from rscale.core.uncertainty import sufficient_budget
     from rscale.errors import InvalidArgumentError
 
@@ -57,7 +58,11 @@ def budget_check(est, *, metric: str = "AP", k: int | None = 1000, label: str = 
            "last_step_ci": [], "sufficient": [], "noise": []}
     for n in sizes:
         halves = replicate_per_query(est, metric, n, k).mean(axis=0)
-        check = sufficient_budget([halves, predict_per_query(est, metric, n, k)], fractions, seed=seed, b=BOOTSTRAP)
+        # like with like: the halves are the tail model as fitted, so the S side is its model U
+        # (rscale.core.edge_models), not the mean of the two edge models
+        models = edge_models_per_query(est, metric, n, k)
+        full = predict_per_query(est, metric, n, k) if models is None else models[0]
+        check = sufficient_budget([halves, full], fractions, seed=seed, b=BOOTSTRAP)
         out["N"].append(float(n))
         out["predictions"].append([round(float(p), 5) for p in check.predictions])
         out["last_step"].append(round(check.last_step.value, 5))

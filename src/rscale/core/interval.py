@@ -29,6 +29,11 @@ where the back-test says the truth may lie, as far as its band says, and keeps t
 back-test correction of the point measured worse on the simulator). A band of one value e
 (``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
+An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
+predicts v = (v_U + v_C) / 2, and its interval is the union of the intervals around each model's
+value: both ends move out by |v_C - v_U| / 2 (``models``), for both kinds; a paired difference
+pairs the models (A's U with B's U, C with C), so by |(v_C - v_U)_A - (v_C - v_U)_B| / 2.
+
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
 replicates (a version-1 file) has no benchmark interval (NaN bounds); its population interval
@@ -94,7 +99,8 @@ _T_CACHE: dict = {}
 
 
 def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", level: float = 0.95,
-                     bootstrap: int = 1000, seed: int = 0, backtest=None, bounds=(0.0, 1.0), gallery_sd=None):
+                     bootstrap: int = 1000, seed: int = 0, backtest=None, bounds=(0.0, 1.0), gallery_sd=None,
+                     models=None):
     """(values, lo, hi), each (C,), for per-query point predictions ``point`` (C, Q) and their
     per-query replicate predictions ``replicates`` (C, R, Q) or None. ``bootstrap`` resamples
     (population only; 0 gives NaN bounds for population). ``backtest`` (C,): each cell's
@@ -103,7 +109,8 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     ``gallery_sd`` (C,): the sd over galleries of the realised value itself, a source the
     replicates do not carry (the reranked metric's outranking noise,
     :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
-    adds as z * gallery_sd in quadrature to the replicate half-width t * sd."""
+    adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C,): half
+    the distance between the two edge models' values (module docstring); both ends move out by it."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -129,6 +136,9 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
         band = np.stack([band, band], axis=-1)
     low_end = value - np.maximum(band[:, 1], 0.0)                  # min(v, v - e_hi)
     high_end = value - np.minimum(band[:, 0], 0.0)                 # max(v, v - e_lo)
+    if models is not None:                                         # the union around v_U and v_C
+        spread = np.abs(np.nan_to_num(np.asarray(models, dtype=np.float64)))
+        low_end, high_end = low_end - spread, high_end + spread
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
@@ -154,8 +164,10 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     if reps is not None:
         from rscale.core.prediction import gallery_sd
         gsd = np.array([gallery_sd(est, metric, n, k, in_pool_counts=in_pool_counts) for metric, k, n in cells])
+    shifts = _edge_shifts(est, cells, mode, in_pool_counts)
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=_bands(bts), gallery_sd=gsd)
+                                 backtest=_bands(bts), gallery_sd=gsd,
+                                 models=None if shifts is None else np.abs(shifts) / 2.0)
     return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
 
 
@@ -184,9 +196,23 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
         reps = ra - rb
     s_ref = float(np.max(est_a.n_sampled))
     bd = [difference_error(a, b, n / s_ref, level=level) for a, b, (_, _, n) in zip(ba, bb, cells)]
+    sa, sb = _edge_shifts(est_a, cells, mode, None), _edge_shifts(est_b, cells, mode, None)
+    models = None if sa is None and sb is None else np.abs((0.0 if sa is None else sa) - (0.0 if sb is None else sb)) / 2.0
     _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
-                                 backtest=_bands(bd), bounds=(-1.0, 1.0))
+                                 backtest=_bands(bd), bounds=(-1.0, 1.0), models=models)
     return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
+
+
+def _edge_shifts(est, cells, mode, in_pool_counts):
+    """(C,) v_C - v_U of each cell for an estimate with two edge models, else None."""
+    from rscale.core.prediction import edge_models_per_query
+    out = []
+    for metric, k, n in cells:
+        models = edge_models_per_query(est, metric, n, k, mode, in_pool_counts)
+        if models is None:
+            return None
+        out.append(float(models[1].mean() - models[0].mean()))
+    return np.array(out)
 
 
 def _bands(bts) -> np.ndarray:

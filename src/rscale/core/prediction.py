@@ -2,7 +2,9 @@
 
 An estimate with posterior ``draws`` (the ``evt-eb`` estimator) predicts the per-query metric as the
 average over its draws, which integrates the hardness uncertainty through the metric; one without
-draws plugs its point hardness into the law.
+draws plugs its point hardness into the law. An estimate with an ``edge_factor`` carries two models
+of the hardness past the sample's edge (:mod:`rscale.core.edge_models`): its prediction is the
+mean of the two models' (:func:`edge_models_per_query` gives both), each computed as above.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from rscale.core import law
+from rscale.core.edge_models import corrected
 from rscale.core.estimators.base import HardnessEstimate
 
 # Per-metric default mode. AP and RR respond smoothly to N x, and the paper's plug-in predicts
@@ -51,18 +54,45 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
     (:func:`in_pool_hardness`; plug-in only).
     """
     mode = resolve_mode(metric, mode, None if in_pool_counts is not None else est.method)
+    models = edge_models_per_query(est, metric, n, k, mode, in_pool_counts)
+    if models is None:
+        return _model_per_query(est, False, metric, n, k, mode, in_pool_counts)
+    return _memoised(est, ("point", metric, n, k, mode), lambda: (models[0] + models[1]) / 2.0,
+                     cacheable=in_pool_counts is None)
+
+
+def edge_models_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
+                          mode: str | None = None, in_pool_counts: np.ndarray | None = None):
+    """(U, C), each (Q,): the per-query predictions of the two edge models (the hardness as
+    estimated, and times ``est.edge_factor``), or None for an estimate with one model."""
+    if est.edge_factor is None:
+        return None
+    return (_model_per_query(est, False, metric, n, k, mode, in_pool_counts),
+            _model_per_query(est, True, metric, n, k, mode, in_pool_counts))
+
+
+def _model_per_query(est: HardnessEstimate, edge: bool, metric: str, n: float, k: int | None,
+                     mode: str | None, in_pool_counts: np.ndarray | None) -> np.ndarray:
+    """Per-query predictions of one model: the hardness as estimated, or (``edge``) times the edge
+    factor; over the posterior draws when there are any."""
+    mode = resolve_mode(metric, mode, None if in_pool_counts is not None else est.method)
     if in_pool_counts is not None:
         if mode != "plugin":
             from rscale.errors import InvalidArgumentError
             raise InvalidArgumentError("in-pool predictions use the plug-in mode")
         s = np.repeat(est.n_sampled, np.diff(est.offsets))
-        draws = est.x[None] if est.draws is None else est.draws.T           # (D, P): one stack
+        x = est.x if est.draws is None else est.draws                      # (P,) or (P, D)
+        if edge:
+            x = corrected(x, est.edge_factor)
+        draws = x[None] if x.ndim == 1 else x.T                            # (D, P): one stack
         h = law.Hardness.from_flat(in_pool_hardness(draws, in_pool_counts, s, float(n)), est.offsets)
         return np.mean(law.per_query(h, metric, n, k, mode), axis=0)
+    key = ("edge" if edge else "model", metric, n, k, mode)
     if est.draws is None:
-        return _memoised(est, ("point", metric, n, k, mode), lambda: law.per_query(est.hardness(), metric, n, k, mode))
-    return _memoised(est, ("point", metric, n, k, mode),
-                     lambda: np.mean(law.per_query(_draws_hardness(est), metric, n, k, mode), axis=0))
+        hardness = (lambda: law.Hardness.from_flat(corrected(est.x, est.edge_factor), est.offsets)) if edge \
+            else est.hardness
+        return _memoised(est, key, lambda: law.per_query(hardness(), metric, n, k, mode))
+    return _memoised(est, key, lambda: np.mean(law.per_query(_draws_hardness(est, edge), metric, n, k, mode), axis=0))
 
 
 # Per-query predictions of a registry-cached (read-only, so immutable) estimate are kept with it,
@@ -73,10 +103,11 @@ def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | Non
 _MEMO_BYTES = 16 << 20
 
 
-def _memoised(est: HardnessEstimate, key: tuple, make) -> np.ndarray:
+def _memoised(est: HardnessEstimate, key: tuple, make, cacheable: bool = True) -> np.ndarray:
     """``make()`` (an array), kept in the estimate under ``key`` when every array the law reads
     from it is read-only; a writable estimate (one being built or edited) is never memoised."""
-    if any(a is not None and a.flags.writeable for a in (est.x, est.offsets, est.draws, est.replicates)):
+    if not cacheable or any(a is not None and a.flags.writeable
+                            for a in (est.x, est.offsets, est.draws, est.replicates, est.edge_factor)):
         return make()
     try:
         hash(key)
@@ -99,14 +130,18 @@ def _memoised(est: HardnessEstimate, key: tuple, make) -> np.ndarray:
     return value
 
 
-def _draws_hardness(est: HardnessEstimate) -> law.Hardness:
-    """The law's view of the posterior draws as one stack (D, P), sorted once and kept with a
-    registry-cached (read-only) estimate, as :meth:`HardnessEstimate.replicate_hardness` does."""
-    memo = est.__dict__.get("_draws_hardness")
+def _draws_hardness(est: HardnessEstimate, edge: bool = False) -> law.Hardness:
+    """The law's view of the posterior draws (``edge``: times the edge factor) as one stack (D, P),
+    sorted once and kept with a registry-cached (read-only) estimate, as
+    :meth:`HardnessEstimate.replicate_hardness` does."""
+    name = "_edge_draws_hardness" if edge else "_draws_hardness"
+    memo = est.__dict__.get(name)
     if memo is None:
-        memo = law.Hardness.from_flat(est.draws.T, est.offsets)
-        if not (est.draws.flags.writeable or est.offsets.flags.writeable):
-            est.__dict__["_draws_hardness"] = memo
+        draws = corrected(est.draws, est.edge_factor) if edge else est.draws
+        memo = law.Hardness.from_flat(draws.T, est.offsets)
+        if not (est.draws.flags.writeable or est.offsets.flags.writeable
+                or (edge and est.edge_factor.flags.writeable)):
+            est.__dict__[name] = memo
     return memo
 
 

@@ -168,9 +168,12 @@ def replicate_counts(ss, *, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> t
     return np.stack(counts, axis=1).astype(np.int64), np.stack(sizes, axis=1).astype(np.int64)
 
 
-def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_SPLITS, seed: int = SEED) -> np.ndarray:
+def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_SPLITS, seed: int = SEED,
+                        on_half=None) -> np.ndarray:
     """(P, 2 * splits) half-sample hardness of every positive of ``ss`` (``method`` with its
-    stored ``params``): columns 2i, 2i + 1 are the disjoint halves of split i."""
+    stored ``params``): columns 2i, 2i + 1 are the disjoint halves of split i. ``on_half(i, j,
+    half, estimate)``, when given, sees each half's sample stats and full estimate as it is made
+    (the first split's two make the edge factor, :mod:`rscale.core.edge_models`)."""
     from rscale.core.estimators.methods import estimate as run
     from rscale.core.estimators.methods import stored_params
     from rscale.errors import InvalidArgumentError
@@ -182,5 +185,8 @@ def hardness_replicates(ss, *, method: str, params: dict, splits: int = DEFAULT_
     n_ref = CE_FACTOR * float(np.max(ss.n_sampled))
     for i in range(splits):
         for j, half in enumerate(replicate_halves(ss, i, splits=splits, seed=seed)):
-            out[:, 2 * i + j] = point_column(run(half, method, **kwargs), n_ref)
+            est = run(half, method, **kwargs)
+            out[:, 2 * i + j] = point_column(est, n_ref)
+            if on_half is not None:
+                on_half(i, j, half, est)
     return out

@@ -18,6 +18,7 @@ backtest          list<float64>      C back-test share hardness (version 3; rsca
 x_rank            uint16             place of x in its query sorted ascending (version 4)
 replicate_ranks   binary(2R)         the same per replicate, little-endian uint16 (version 4)
 backtest_ranks    binary(2C)         the same per back-test column (version 4)
+edge_factor       float64            the second edge model's factor on x (version 5; evt-eb)
 ================  =================  =====================================================
 
 Version 2 adds ``replicates`` (fixed-size list, R per row) and ``rscale.replicates`` (JSON: R,
@@ -33,6 +34,12 @@ row's value in its query sorted ascending (ties in row order). Rows keep the sam
 positive, its rerank scores and its in-pool count). Absent when a query has more than 65,535
 positives; then the reader sorts, as for versions 1-3. The ranks are checked where they are used:
 every slot of the sorted view filled once and the result sorted (else a FormatError).
+
+Version 5 adds ``edge_factor`` (float64, >= 0, 1 for a positive the sample counts) and
+``rscale.edge`` (JSON: ``bands``, ``prior_counts``, the measured ``ratios``, the ``split`` they
+came from, the two models' ``weights``): a prediction averages the tail model as fitted and the
+same hardness times this factor (:mod:`rscale.core.edge_models`). Versions 1-4 are still read (one
+model, as before).
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
@@ -57,8 +64,8 @@ from rscale.store.columns import list_values, numeric, strings
 
 FORMAT = "hardness"
 TAIL_FORMAT = "tail-fits"
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 MAX_RANKED = 65_535        # positives per query that uint16 ranks can place
 TAIL_SCHEMA_VERSION = 1
 COLUMNS = ("query_id", "positive_id", "n_sampled", "count", "x", "rule")
@@ -83,7 +90,7 @@ def _atomic_write(table, path: Path):
 
 
 def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict | None = None,
-                   backtest=None, backtest_meta: dict | None = None):
+                   backtest=None, backtest_meta: dict | None = None, edge_meta: dict | None = None):
     import pyarrow as pa
     pq_ = ss.positive_query()
     cols = {
@@ -100,6 +107,8 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
     if est.replicates is not None:
         cols["replicates"] = pa.FixedSizeListArray.from_arrays(
             pa.array(est.replicates.astype(np.float64).ravel()), est.replicates.shape[1])
+    if est.edge_factor is not None:
+        cols["edge_factor"] = pa.array(est.edge_factor.astype(np.float64))
     if backtest is not None and backtest.columns is not None:
         if backtest.columns.shape[1]:      # none: only the halves (the replicates) back-test, said by the metadata
             cols["backtest"] = pa.FixedSizeListArray.from_arrays(
@@ -119,6 +128,8 @@ def hardness_table(est: HardnessEstimate, ss: SampleStats, replicates_meta: dict
     extra = {"rscale.replicates": json.dumps(replicates_meta, sort_keys=True)} if replicates_meta else {}
     if backtest_meta:
         extra["rscale.backtest"] = json.dumps(backtest_meta, sort_keys=True)
+    if edge_meta and est.edge_factor is not None:
+        extra["rscale.edge"] = json.dumps(edge_meta, sort_keys=True)
     return table.replace_schema_metadata({**extra,
         "rscale.format": FORMAT,
         "rscale.schema_version": str(SCHEMA_VERSION),
@@ -195,11 +206,13 @@ def tail_path(path: str | os.PathLike) -> Path:
 
 
 def write_hardness(est: HardnessEstimate, ss: SampleStats, path: str | os.PathLike,
-                   replicates_meta: dict | None = None, backtest=None, backtest_meta: dict | None = None) -> list[Path]:
+                   replicates_meta: dict | None = None, backtest=None, backtest_meta: dict | None = None,
+                   edge_meta: dict | None = None) -> list[Path]:
     """Write the hardness table (and its tail fits when the estimator has any), atomically;
-    ``backtest`` a :class:`rscale.core.backtest.Backtest` (its columns and factors are stored)."""
+    ``backtest`` a :class:`rscale.core.backtest.Backtest` (its columns and factors are stored);
+    ``edge_meta`` what made ``est.edge_factor`` (stored as ``rscale.edge``)."""
     path = Path(path)
-    _atomic_write(hardness_table(est, ss, replicates_meta, backtest, backtest_meta), path)
+    _atomic_write(hardness_table(est, ss, replicates_meta, backtest, backtest_meta, edge_meta), path)
     written = [path]
     if est.tail:
         _atomic_write(tail_table(est, ss), tail_path(path))
@@ -315,6 +328,13 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
                                          axis=1))
             raise FormatError("a back-test hardness is outside [0, 1]", path=path, column="backtest",
                               row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
+    edge = None
+    if version >= 5 and "edge_factor" in table.column_names:
+        edge = _numbers(table, "edge_factor", np.float64, path)
+        bad = np.flatnonzero(~np.isfinite(edge) | (edge < 0))
+        if bad.size:
+            raise FormatError(f"edge factor {edge[bad[0]]} is not a finite number >= 0", path=path,
+                              column="edge_factor", row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
     n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
     low = np.flatnonzero(n_sampled_rows < 1)
     if low.size:
@@ -324,7 +344,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     rule = strings(table.column("rule"))
     est = HardnessEstimate(
         method=md.get("rscale.method", "unknown"), x=x, offsets=offsets, rule=rule, n_sampled=n_sampled,
-        params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates)
+        params=meta_object(md, path, "rscale.params"), draws=draws, replicates=replicates, edge_factor=edge)
     from rscale.core.backtest import Backtest
     counts = _numbers(table, "count", np.int64, path)
     backtest = Backtest(counts=counts) if backtest_cols is None else Backtest(
@@ -356,7 +376,8 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
     info = {"query_ids": firsts.astype(str), "positive_ids": table.column("positive_id"), "ranks": ranks,
             "counts": counts, "backtest": backtest,
             "meta": meta_object(md, path), "path": path, "schema_version": version,
-            "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {}}
+            "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {},
+            "edge": meta_object(md, path, "rscale.edge") if "rscale.edge" in md else {}}
     return est, info
 
 

@@ -52,7 +52,8 @@ def _decoded_hardness(path: str, digest: str):
     from rscale.store.hardness_file import read_hardness
 
     est, info = read_hardness(path)
-    for a in [est.x, est.offsets, est.rule, est.n_sampled, est.draws, est.replicates, *est.tail.values(), *info.values(),
+    for a in [est.x, est.offsets, est.rule, est.n_sampled, est.draws, est.replicates, est.edge_factor,
+              *est.tail.values(), *info.values(),
               info["backtest"].columns]:
         if isinstance(a, np.ndarray):
             a.flags.writeable = False

@@ -27,6 +27,8 @@ class HardnessEstimate:
     tail: dict = field(default_factory=dict)
     draws: np.ndarray | None = None   # (P, D) posterior draws of x, when the estimator has them
     replicates: np.ndarray | None = None   # (P, R) hardness replicates (rscale.core.replicates), when made
+    # (P,) the second edge model's factor on each positive's hardness (rscale.core.edge_models), when made
+    edge_factor: np.ndarray | None = None
 
     def hardness(self) -> Hardness:
         """The law's view (positives sorted within queries). Memoised when ``x`` and ``offsets``

@@ -1,0 +1,136 @@
+"""rscale.core.edge_models: the second model of the hardness past the sample's edge, from two
+disjoint halves (hand-checked sums, a simulator whose tail model is known to be off, the estimate
+that stores it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rscale.core import edge_models as em
+
+
+def test_band_ratios_add_one_count_of_prior_and_an_empty_band_is_one():
+    depth = np.array([2e-3, 5e-3, 0.05, 0.5, 0.9, 5e-4, 2.0])        # the last two outside every band
+    obs = np.array([1.0, 0.0, 3.0, 2.0, 4.0, 9.0, 9.0])
+    mu = np.array([0.25, 0.25, 1.0, 1.0, 2.0, 1.0, 1.0])
+    assert em.band_ratios(obs, mu, depth).tolist() == [2.0 / 1.5, 4.0 / 2.0, 7.0 / 4.0]
+    assert em.band_ratios(obs, mu, depth, prior=0.0).tolist() == [2.0, 3.0, 2.0]
+    assert em.band_ratios(obs[:2], mu[:2], depth[:2]).tolist()[1:] == [1.0, 1.0]
+
+
+def test_halves_pool_both_directions_over_the_positives_each_half_counts_nothing_above():
+    # three positives; half A counts nothing above the first two, half B nothing above the last two
+    x_a, c_a, s_a = np.array([2e-3, 0.02, 0.1]), np.array([0, 0, 3]), np.array([100.0, 100.0, 100.0])
+    x_b, c_b, s_b = np.array([5e-3, 0.3, 4e-3]), np.array([1, 0, 0]), np.array([100.0, 100.0, 100.0])
+    r = em.halves_band_ratios((x_a, c_a, s_a), (x_b, c_b, s_b))
+    # A -> B: depths 0.2 (obs 1, mu 0.2) and 2.0 (outside); B -> A: depths 30 (outside) and 0.4 (obs 3, mu 0.4)
+    # so only band [0.1, 1) has data: (1 + 3 + 1) / (0.2 + 0.4 + 1)
+    assert r.tolist() == [1.0, 1.0, pytest.approx(5.0 / 1.6)]
+
+
+def test_the_factor_touches_only_uncounted_positives_inside_the_bands():
+    x = np.array([2e-5, 2e-4, 2e-3, 2e-2, 2e-3])
+    counts = np.array([0, 0, 0, 0, 3])
+    f = em.edge_factor(x, counts, np.full(5, 100.0), [2.0, 3.0, 4.0])
+    assert f.tolist() == [2.0, 3.0, 4.0, 1.0, 1.0]     # depths 2e-3, 2e-2, 0.2, 2 (past the bands); counted
+    f = em.edge_factor(x, counts, np.full(5, 10.0), [2.0, 3.0, 4.0])
+    assert f.tolist() == [1.0, 2.0, 3.0, 4.0, 1.0]     # depths 2e-4 (below the bands), 2e-3, 2e-2, 0.2; counted
+    draws = np.array([[0.3, 0.6], [0.1, 0.2]])
+    np.testing.assert_allclose(em.corrected(draws, np.array([2.0, 3.0])), [[0.6, 1.0], [0.3, 0.6]], rtol=1e-15)
+    assert em.corrected(draws, np.array([2.0, 3.0]))[0, 1] == 1.0          # capped: 1.2 is no hardness
+
+
+def test_on_the_simulator_the_halves_see_a_tail_model_that_is_too_light():
+    """A sample whose positives past the edge are twice as hard as a model says: the halves'
+    ratio, from counts alone, comes out near 2 where there are enough counts."""
+    rng = np.random.default_rng(3)
+    p, s = 40_000, 2_000.0
+    model = 10 ** rng.uniform(-5.5, -3.2, p)           # the model's x: depths 0.003-0.63 per half of 1000
+    truth = 2.0 * model
+    c_a, c_b = rng.binomial(1000, truth), rng.binomial(1000, truth)
+    half = np.full(p, s / 2)
+    r = em.halves_band_ratios((model, c_a, half), (model, c_b, half))
+    assert r[0] == pytest.approx(2.0, rel=0.3) and r[1] == pytest.approx(2.0, rel=0.1)
+    assert r[2] == pytest.approx(2.0, rel=0.05)
+    right = em.halves_band_ratios((truth, c_a, half), (truth, c_b, half))     # a right model: ratios near 1
+    assert np.all(np.abs(right - 1.0) < 0.15)
+
+
+def test_estimate_stores_the_factor_from_the_first_splits_halves(tmp_path):
+    """rscale estimate (evt-eb): the factor is 1 on every counted positive and the band ratios
+    recorded with it are what the first split's halves measure; evt (no posterior draws) has none."""
+    from rscale import api, sim
+    from rscale.core.estimators.methods import estimate, stored_params
+    from rscale.core.replicates import SEED, replicate_halves
+    from rscale.sim.presets import PRESETS
+    from rscale.store.hardness_file import read_hardness
+    from rscale.store.sample_stats_file import write_sample_stats
+    ss = sim.sample(sim.simulate(replace(PRESETS["sim_bounded"], n_queries=60), seed=2), 40_000, k=400, seed=2)
+    write_sample_stats(ss, tmp_path / "s.parquet")
+    summary = api.estimate(tmp_path / "s.parquet", "evt-eb", out=tmp_path / "h.parquet", replicates=4,
+                           backtest=False)
+    est, info = read_hardness(tmp_path / "h.parquet")
+    assert info["schema_version"] == 5 and est.edge_factor is not None
+    assert np.all(est.edge_factor[ss.pos_counts > 0] == 1.0)
+    a, b = replicate_halves(ss, 0, splits=2, seed=SEED)
+    kw = stored_params("evt-eb", est.params)
+    sizes = np.diff(est.offsets)
+    ra = em.halves_band_ratios(*((estimate(h, "evt-eb", **kw).draws.mean(axis=1), h.pos_counts,
+                                  np.repeat(h.n_sampled, sizes)) for h in (a, b)))
+    np.testing.assert_allclose(info["edge"]["ratios"], ra, rtol=1e-12)
+    assert summary["edge_band_ratios"] == [round(r, 4) for r in ra]
+    want = em.edge_factor(est.draws.mean(axis=1), ss.pos_counts, np.repeat(ss.n_sampled, sizes), ra)
+    np.testing.assert_allclose(est.edge_factor, want, rtol=1e-12)
+    api.estimate(tmp_path / "s.parquet", "evt", out=tmp_path / "e.parquet", replicates=4, backtest=False)
+    assert read_hardness(tmp_path / "e.parquet")[0].edge_factor is None
+
+
+def test_the_budget_check_compares_the_halves_with_the_model_they_are():
+    """The sufficient-budget check's S side is model U (the halves are the tail model as fitted),
+    so an edge factor does not move its verdict; the query's point does move."""
+    from rscale.core.budget import budget_check
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(0)
+    off = np.arange(0, 601, 3)
+    x = 10 ** rng.uniform(-7, -4, 600)
+    draws = x[:, None] * rng.uniform(0.5, 1.5, (600, 4))
+    reps = x[:, None] * rng.uniform(0.7, 1.3, (600, 4))
+    est = HardnessEstimate(method="evt-eb", x=x, offsets=off, rule=np.array(["tail"] * 600),
+                           n_sampled=np.full(200, 10_000), draws=draws, replicates=reps)
+    with_edge = replace(est, edge_factor=np.where(x * 1e4 >= 1e-3, 5.0, 1.0))
+    sizes = (1e6, 1e8)
+    assert budget_check(with_edge, sizes=sizes) == budget_check(est, sizes=sizes)
+    from rscale.core.prediction import predict
+    assert predict(with_edge, "AP", 1e6, 1000, "expected") < predict(est, "AP", 1e6, 1000, "expected") - 1e-3
+
+
+def test_a_paired_difference_pairs_the_models_and_widens_by_half_their_differences_distance():
+    """A - B with both sides carrying two edge models: the value is A's average minus B's, and
+    each end moves out by |(C - U)_A - (C - U)_B| / 2 from the interval of the U models alone."""
+    from rscale.core.estimators.base import HardnessEstimate
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import edge_models_per_query
+    rng = np.random.default_rng(1)
+    off = np.arange(0, 601, 3)
+
+    def one(scale, factor):
+        x = scale * 10 ** rng.uniform(-7, -4, 600)
+        return HardnessEstimate(method="evt-eb", x=x, offsets=off, rule=np.array(["tail"] * 600),
+                                n_sampled=np.full(200, 10_000), draws=x[:, None] * rng.uniform(0.5, 1.5, (600, 4)),
+                                replicates=x[:, None] * rng.uniform(0.7, 1.3, (600, 4)),
+                                edge_factor=np.where(x * 1e4 >= 1e-3, factor, 1.0))
+    a, b = one(1.0, 4.0), one(2.0, 1.5)
+    cells = [("AP", 1000, 1e6)]
+    [(pa, pb, lo, hi, _, _)] = difference_intervals(a, b, cells, mode="expected")
+    [(ua, ub, lo_u, hi_u, _, _)] = difference_intervals(replace(a, edge_factor=None), replace(b, edge_factor=None),
+                                                        cells, mode="expected")
+    (ua_, ca), (ub_, cb) = (edge_models_per_query(e, "AP", 1e6, 1000, "expected") for e in (a, b))
+    assert pa.mean() == pytest.approx((ua_.mean() + ca.mean()) / 2, abs=1e-15)
+    spread = abs((ca.mean() - ua_.mean()) - (cb.mean() - ub_.mean())) / 2
+    assert spread > 1e-3
+    centre_shift = (pa.mean() - pb.mean()) - (ua.mean() - ub.mean())
+    assert lo == pytest.approx(lo_u + centre_shift - spread, abs=1e-12)
+    assert hi == pytest.approx(hi_u + centre_shift + spread, abs=1e-12)
