@@ -134,3 +134,11 @@ def test_a_paired_difference_pairs_the_models_and_widens_by_half_their_differenc
     centre_shift = (pa.mean() - pb.mean()) - (ua.mean() - ub.mean())
     assert lo == pytest.approx(lo_u + centre_shift - spread, abs=1e-12)
     assert hi == pytest.approx(hi_u + centre_shift + spread, abs=1e-12)
+
+
+def test_the_query_cost_benchmark_runs_on_a_table_with_two_models(capsys):
+    from benchmark_modules import ROOT, load_benchmark
+    bench = load_benchmark("edge_query_cost.py")
+    bench.main(["--file", str(ROOT / "tests" / "golden" / "hardness_v5.parquet"), "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "8 positives, 3 draws" in out and "two edge models: first query" in out and "ratio" in out
