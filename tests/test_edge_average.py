@@ -16,17 +16,13 @@ def _load():
 def test_a_real_cell_through_the_shipped_path(tmp_path):
     """realset's first 1% draw through the shipped path, which averages the two edge models since
     the rule is built: the script's own average is the query's answer (an implementation apart
-    from src's: the benchmark's draws times the stored factor), the average is the midpoint of U
-    and C, and the union holds U's interval and its move by C - U."""
+    from src's: the benchmark's draws times the stored factor), and the answer and its interval's
+    width are the figures measured before the rule was built."""
     ea = _load()
     import accuracy_table as T
     draw = T.real_draws("realset", [0.01], 1)[0]
     r = ea.cell(draw, tmp_path / "cache")
     assert r["built"] and r["u_check"] < 1e-12 and r["truth"] == draw.truth
-    assert r["err_average"] == pytest.approx((r["err_U"] + r["err_C"]) / 2, abs=1e-15)
-    assert r["err_C"] - r["err_U"] == pytest.approx(r["shift"], abs=1e-15)
-    assert r["width_union"] == pytest.approx(r["width_U"] + abs(r["shift"]), abs=1e-12)
-    assert r["covered_union"] >= r["covered_U"]
     assert len(r["band_ratios"]) == 3 and all(b > 0 for b in r["band_ratios"])     # the prior keeps them positive
     # the measured figures of this cell (benchmarks/edge_average_rows/design.json, before the rule was built)
     assert r["err_average"] == pytest.approx(0.027231334344281155, abs=1e-12)

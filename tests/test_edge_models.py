@@ -142,3 +142,95 @@ def test_the_query_cost_benchmark_runs_on_a_table_with_two_models(capsys):
     bench.main(["--file", str(ROOT / "tests" / "golden" / "hardness_v5.parquet"), "--rounds", "1"])
     out = capsys.readouterr().out
     assert "8 positives, 3 draws" in out and "two edge models: first query" in out and "ratio" in out
+
+
+def test_each_direction_uses_the_own_halfs_depth_and_the_other_halfs_size():
+    """Unequal halves: A's edge positive at depth x_A S_A is checked against B's count with the
+    expectation x_A S_B (and B's against A's with x_B S_A)."""
+    x_a, c_a, s_a = np.array([4e-4]), np.array([0]), np.array([500.0])      # depth 0.2, expects 0.4 in B
+    x_b, c_b, s_b = np.array([2e-5]), np.array([3]), np.array([1000.0])     # counted in B: not an edge of B
+    r = em.halves_band_ratios((x_a, c_a, s_a), (x_b, c_b, s_b))
+    assert r.tolist() == [1.0, 1.0, pytest.approx((3 + 1) / (4e-4 * 1000 + 1))]
+    r = em.halves_band_ratios((x_b, c_b, s_b), (x_a, c_a, s_a))             # the same pair, named the other way
+    assert r.tolist() == [1.0, 1.0, pytest.approx((3 + 1) / (4e-4 * 1000 + 1))]
+
+
+def _two_model_estimate(seed=0, writeable=False):
+    from rscale.core.estimators.base import HardnessEstimate
+    rng = np.random.default_rng(seed)
+    off = np.arange(0, 601, 3)
+    x = 10 ** rng.uniform(-7, -4, 600)
+    est = HardnessEstimate(method="evt-eb", x=x, offsets=off, rule=np.array(["tail"] * 600),
+                           n_sampled=np.full(200, 10_000), draws=x[:, None] * rng.uniform(0.5, 1.5, (600, 4)),
+                           replicates=x[:, None] * rng.uniform(0.7, 1.3, (600, 4)),
+                           edge_factor=np.where(x * 1e4 >= 1e-3, 4.0, 1.0))
+    if not writeable:
+        for a in (est.x, est.offsets, est.draws, est.replicates, est.edge_factor):
+            a.flags.writeable = False
+    return est
+
+
+@pytest.mark.parametrize("mode", [None, "plugin", "expected"])
+def test_a_cached_two_model_estimate_answers_each_model_and_their_mean(mode):
+    """A read-only estimate keeps its per-query values: U, C and the average each equal what a
+    one-model estimate of U or of C answers, and a repeat returns the kept array."""
+    from rscale.core.prediction import edge_models_per_query, predict_per_query
+    est = _two_model_estimate()
+    one = replace(est, edge_factor=None)
+    other = replace(est, edge_factor=None, draws=est.draws * est.edge_factor[:, None], x=est.x * est.edge_factor)
+    for metric, k, n in (("AP", 1000, 1e6), ("RR", None, 1e7)):
+        u, c = edge_models_per_query(est, metric, n, k, mode)
+        np.testing.assert_array_equal(u, predict_per_query(one, metric, n, k, mode))
+        np.testing.assert_allclose(c, predict_per_query(other, metric, n, k, mode), rtol=0, atol=1e-15)
+        v = predict_per_query(est, metric, n, k, mode)
+        np.testing.assert_allclose(v, (u + c) / 2, rtol=0, atol=1e-15)
+        assert predict_per_query(est, metric, n, k, mode) is v and not np.array_equal(u, c)
+
+
+def test_one_model_predictions_are_the_law_over_the_draws_as_before():
+    from rscale.core import law
+    from rscale.core.prediction import predict_per_query
+    est = replace(_two_model_estimate(writeable=True), edge_factor=None)
+    want = np.mean(law.per_query(law.Hardness.from_flat(est.draws.T, est.offsets), "AP", 1e6, 1000, "expected"), axis=0)
+    np.testing.assert_array_equal(predict_per_query(est, "AP", 1e6, 1000), want)
+
+
+def test_both_interval_kinds_move_out_by_half_the_models_distance():
+    """The interval of the averaged per-query values, without the models' term, widened by
+    |C - U| / 2 on each side: for the benchmark and the population kind alike."""
+    from rscale.core.interval import metric_intervals, predicted_intervals
+    from rscale.core.prediction import edge_models_per_query, gallery_sd, replicate_per_query
+    est = _two_model_estimate()
+    cells = [("AP", 1000, 1e6)]
+    u, c = edge_models_per_query(est, "AP", 1e6, 1000)
+    spread = abs(c.mean() - u.mean()) / 2
+    assert spread > 1e-3
+    for kind in ("benchmark", "population"):
+        [(pq, lo, hi, _)] = predicted_intervals(est, cells, ci_kind=kind, bootstrap=200)
+        reps = replicate_per_query(est, "AP", 1e6, 1000)[None]
+        _, lo0, hi0 = metric_intervals(pq[None], reps, ci_kind=kind, bootstrap=200,
+                                       gallery_sd=np.array([gallery_sd(est, "AP", 1e6, 1000)]))
+        assert lo == pytest.approx(max(0.0, lo0[0] - spread), abs=1e-12)
+        assert hi == pytest.approx(min(1.0, hi0[0] + spread), abs=1e-12)
+
+
+def test_a_file_with_a_factor_on_a_counted_positive_is_refused(tmp_path):
+    """The factor is 1 wherever the sample counts a distractor; a file saying otherwise is refused
+    naming the row, and the version-4 reader's edge metadata is empty without the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmark_modules import ROOT
+    from rscale.errors import FormatError
+    from rscale.store.hardness_file import read_hardness
+    t = pq.read_table(ROOT / "tests" / "golden" / "hardness_v5.parquet")
+    f = t.column("edge_factor").to_numpy().copy()
+    f[1] = 7.0                                       # row 1 has count 1
+    bad = t.set_column(t.column_names.index("edge_factor"), "edge_factor", pa.array(f))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(FormatError, match="edge factor 7.0 on a positive the sample counts") as e:
+        read_hardness(tmp_path / "bad.parquet")
+    assert e.value.row == 1 and e.value.column == "edge_factor"
+    pq.write_table(t.drop(["edge_factor"]), tmp_path / "nocol.parquet")
+    est, info = read_hardness(tmp_path / "nocol.parquet")
+    assert est.edge_factor is None and info["edge"] == {}

@@ -30,9 +30,13 @@ back-test correction of the point measured worse on the simulator). A band of on
 (``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
 An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
-predicts v = (v_U + v_C) / 2, and its interval is the union of the intervals around each model's
-value: both ends move out by |v_C - v_U| / 2 (``models``), for both kinds; a paired difference
-pairs the models (A's U with B's U, C with C), so by |(v_C - v_U)_A - (v_C - v_U)_B| / 2.
+predicts v = (v_U + v_C) / 2, and both ends of its interval move out by |v_C - v_U| / 2
+(``models``): for ``benchmark`` that is the union of the intervals around each model's value (the
+replicates and the back-test are model U's, so both intervals have the same half-widths); for
+``population`` the query bootstrap resamples the averaged per-query values, so the result is close
+to, not exactly, the union of the two models' own population intervals (0.005 apart in a test of
+the review). A paired difference pairs the models (A's U with B's U, C with C), so by
+|(v_C - v_U)_A - (v_C - v_U)_B| / 2.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without

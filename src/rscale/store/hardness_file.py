@@ -335,6 +335,11 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
         if bad.size:
             raise FormatError(f"edge factor {edge[bad[0]]} is not a finite number >= 0", path=path,
                               column="edge_factor", row=int(bad[0]), hint="re-run 'rscale estimate' to rewrite it")
+        counted = np.flatnonzero((_numbers(table, "count", np.int64, path) > 0) & (edge != 1.0))
+        if counted.size:
+            raise FormatError(f"edge factor {edge[counted[0]]} on a positive the sample counts (the factor is 1 there)",
+                              path=path, column="edge_factor", row=int(counted[0]),
+                              hint="re-run 'rscale estimate' to rewrite it")
     n_sampled_rows = _numbers(table, "n_sampled", np.int64, path)
     low = np.flatnonzero(n_sampled_rows < 1)
     if low.size:
@@ -377,7 +382,7 @@ def read_hardness(path: str | os.PathLike) -> tuple[HardnessEstimate, dict]:
             "counts": counts, "backtest": backtest,
             "meta": meta_object(md, path), "path": path, "schema_version": version,
             "replicates": meta_object(md, path, "rscale.replicates") if "rscale.replicates" in md else {},
-            "edge": meta_object(md, path, "rscale.edge") if "rscale.edge" in md else {}}
+            "edge": meta_object(md, path, "rscale.edge") if edge is not None and "rscale.edge" in md else {}}
     return est, info
 
 
