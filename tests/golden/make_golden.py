@@ -57,9 +57,8 @@ def hardness_v3():
                    {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0})
 
 
-def hardness_v4():
-    """hardness_v4.parquet: the v3 file plus the law's within-query ranks of x, the replicates and the
-    back-test columns (format version 4), with two exact ties in a query (q2's replicate 0)."""
+def _v4_parts():
+    """(sample stats, estimate with replicates, back-test) of the version-4 file, which version 5 extends."""
     from dataclasses import replace
 
     from rscale.core.backtest import Backtest
@@ -69,8 +68,18 @@ def hardness_v4():
     reps[5:8, 0] = [0.25, 0.25, 0.125]
     cols = np.clip(est.x[:, None] * np.array([0.7, 1.4, 0.9, 1.1])[None, :], 0.0, 1.0)
     bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 8, 8]))
-    write_hardness(replace(est, replicates=reps), ss, HERE / "hardness_v4.parquet",
-                   {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0})
+    return ss, replace(est, replicates=reps), bt
+
+
+REPLICATES_META = {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}
+BACKTEST_META = {"per_factor": 2, "seed": 0}
+
+
+def hardness_v4():
+    """hardness_v4.parquet: the v3 file plus the law's within-query ranks of x, the replicates and the
+    back-test columns (format version 4), with two exact ties in a query (q2's replicate 0)."""
+    ss, est, bt = _v4_parts()
+    write_hardness(est, ss, HERE / "hardness_v4.parquet", REPLICATES_META, bt, BACKTEST_META)
 
 
 def hardness_v5():
@@ -79,22 +88,14 @@ def hardness_v5():
     version 5): 2.0 and 0.5 on q0's and q2's such positives, 1 elsewhere, with its rscale.edge
     metadata."""
     from dataclasses import replace
-
-    from rscale.core.backtest import Backtest
-    ss = sample_stats()
-    est = estimate(ss, "evt", k_top=24, q=0.5, gof_crit=0.0)
-    reps = np.clip(est.x[:, None] * np.array([0.5, 2.0, 0.8, 1.25])[None, :], 0.0, 1.0)
-    reps[5:8, 0] = [0.25, 0.25, 0.125]
-    cols = np.clip(est.x[:, None] * np.array([0.7, 1.4, 0.9, 1.1])[None, :], 0.0, 1.0)
-    bt = Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 8, 8]))
+    ss, est, bt = _v4_parts()
     draws = np.clip(est.x[:, None] * np.array([0.8, 1.0, 1.2])[None, :], 0.0, 1.0)
     draws[ss.pos_counts == 0] = [1e-4, 2e-4, 3e-4]          # the tail model's draws past the edge
     factor = np.where(ss.pos_counts == 0, np.array([2.0, 1, 1, 1, 1, 0.5, 1, 1]), 1.0)
     edge_meta = {"bands": [[1e-3, 1e-2], [1e-2, 1e-1], [1e-1, 1.0]], "prior_counts": 1.0, "ratios": [2.0, 1.0, 0.5],
                  "split": 0, "weights": [0.5, 0.5]}
-    write_hardness(replace(est, replicates=reps, draws=draws, edge_factor=factor), ss, HERE / "hardness_v5.parquet",
-                   {"R": 4, "splits": 2, "kind": "half-sample pairs", "seed": 0}, bt, {"per_factor": 2, "seed": 0},
-                   edge_meta)
+    write_hardness(replace(est, draws=draws, edge_factor=factor), ss, HERE / "hardness_v5.parquet",
+                   REPLICATES_META, bt, BACKTEST_META, edge_meta)
 
 
 def main():
