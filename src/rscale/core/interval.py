@@ -34,8 +34,8 @@ predicts v = (v_U + v_C) / 2, and both ends of its interval move out by |v_C - v
 (``models``): for ``benchmark`` that is the union of the intervals around each model's value (the
 replicates and the back-test are model U's, so both intervals have the same half-widths); for
 ``population`` the query bootstrap resamples the averaged per-query values, so the result is close
-to, not exactly, the union of the two models' own population intervals (0.005 apart in a test of
-the review). A paired difference pairs the models (A's U with B's U, C with C), so by
+to, not exactly, the union of the two models' own population intervals (an end 0.005 apart on a
+synthetic table). A paired difference pairs the models (A's U with B's U, C with C), so by
 |(v_C - v_U)_A - (v_C - v_U)_B| / 2.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
