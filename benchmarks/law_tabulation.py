@@ -1,18 +1,20 @@
-"""Would tabulating the expected mode's g_j(x) make a first query fast? A measure-once prototype,
-not the shipped path (issue 14's 10 ms goal; docs/benchmarks.md, "Tabulated window sums").
+"""The shipped table of window sums against summing every window, side by side in one process
+(issue 14's 10 ms goal; docs/benchmarks.md, "Tabulated window sums, shipped").
 
 The expected mode sums, per element of a stack (position j, hardness x), the Binomial(N, x) pmf
-times j / (j + m) over a window of +-10 sd around N x, cut at m = k - j (`rscale.core.law.
-_window_sums`). The alternative: per whole j, evaluate that exact sum at nodes in t = log(N x)
-spaced alpha / sqrt(1 + N x) apart (the pmf's own scale; the cut-off's transition is about
-1 / sqrt(k) wide in t), and read every element off a cubic spline through them.
+times j / (j + m) over a window of +-10 sd around N x, cut at m = k - j: `rscale.core.law._summed`.
+Since the table (`rscale.core.window_table`), positions j <= 32 of a large enough input are read
+off piecewise quintics in sqrt(N x) through those sums at nodes (`law._tabulated`). (The earlier
+measure-once prototype of this script, cubic splines in log(N x), is at commit 164f994.)
 
 Data: an evt-eb fit (its 16 posterior draws per positive, the stack a query sums) of a committed
-real-set sample, tiled T times to reach 10k queries. Prints, side by side in one process, the
-exact sums' and the table's milliseconds (median of 3), their ratio, the terms the nodes cost, and
-the table's largest absolute and relative error, at N = 1e8 and N = S (the back-test's N).
+real-set sample, tiled T times to reach 10k queries, in the position-major layout the law uses.
+Prints, per N (1e8 and N = S, the back-test's), the summed and tabulated milliseconds (median of 5;
+"table, built" clears the table cache first, so it includes the build; "table, cached" does not),
+their ratios, and the table's largest absolute error against the summed windows, for AP@1000's
+sums (j / (j + m)) and Recall@1000's (a CDF).
 
-Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/law_tabulation.py
+Run: PYTHONPATH=src .venv/bin/python benchmarks/law_tabulation.py
 """
 import argparse
 import sys
@@ -23,48 +25,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-from scipy.interpolate import CubicSpline  # noqa: E402
-
 from rscale.core import law  # noqa: E402
 from rscale.core.estimators.methods import estimate  # noqa: E402
 from rscale.store.sample_stats_file import read_sample_stats  # noqa: E402
 
 
-def node_grid(lam_lo: float, lam_hi: float, alpha: float) -> np.ndarray:
-    t = [np.log(lam_lo)]
-    while t[-1] < np.log(lam_hi) or len(t) < 4:
-        t.append(t[-1] + alpha / np.sqrt(1.0 + np.exp(t[-1])))
-    return np.array(t)
-
-
-def tabulated_ap_sums(x, j, n: int, k: int, alpha: float):
-    """(sums, node terms): E[1{K <= k - j} j / (j + K)] for flat x, whole j, read off splines."""
-    out = np.where(x <= 0, 1.0, 0.0)
-    lam = n * x
-    terms = 0
-    for jj in np.unique(j):
-        c = k - jj
-        sel = np.flatnonzero((j == jj) & (x > 0))
-        if c < 0 or sel.size == 0:
-            continue
-        beyond = c + law._WINDOW_SD * np.sqrt(c) + 2 * law._WINDOW_SD + 1      # the sum is 0 past it
-        ls = lam[sel]
-        use = ls <= beyond
-        if not use.any():
-            continue
-        t = node_grid(0.999 * ls[use].min(), 1.001 * min(ls[use].max(), beyond), alpha)
-        ln = np.exp(t)
-        g = law._window_sums(ln / n, np.full(t.shape, float(jj)), n, np.full(t.shape, float(c)), True)
-        lo = np.maximum(0, np.floor(ln - law._WINDOW_SD * np.sqrt(ln) - law._WINDOW_SD))
-        hi = np.minimum(c, np.ceil(ln + law._WINDOW_SD * np.sqrt(ln) + law._WINDOW_SD))
-        terms += int(np.sum(np.maximum(hi - lo + 1, 0)))
-        out[sel[use]] = CubicSpline(t, g)(np.log(ls[use]))
-    return out, terms
-
-
-def median_ms(fn, rounds=3):
+def median_ms(fn, rounds=5, before=None):
     times, value = [], None
     for _ in range(rounds):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         value = fn()
         times.append(time.perf_counter() - t0)
@@ -75,7 +45,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sample", default=str(ROOT / "benchmarks/realset/data/draw-05pct-0.sample_stats.parquet"))
     ap.add_argument("--queries", type=int, default=10_000, help="tile the fit's queries up to this many")
-    ap.add_argument("--alphas", default="0.1,0.05")
+    ap.add_argument("--k", type=int, default=1000)
     args = ap.parse_args()
     ss = read_sample_stats(args.sample)
     est = estimate(ss, "evt-eb")
@@ -84,21 +54,23 @@ def main():
     sizes = np.diff(est.offsets)
     offsets = np.concatenate([[0], np.cumsum(np.tile(sizes, tiles))])
     h = law.Hardness.from_flat(draws, offsets)
-    x, j = np.broadcast_arrays(h.x_by_position if h.by_position is not None else h.x,
-                               h.by_position.jf if h.by_position is not None else h.jf)
+    bp = h.by_position
+    x, j = (h.x_by_position, bp.jf) if bp is not None else (h.x, h.jf)
+    k = args.k
     print(f"{args.sample}: evt-eb, {ss.n_queries} queries x {tiles} = {ss.n_queries * tiles}, "
-          f"{draws.shape[0]} draws, {x.size} elements")
-    print("N      alpha  exact ms  table ms  ratio  node terms  max abs err  max rel err (exact > 1e-6)")
+          f"{draws.shape[0]} draws, {x.size} elements, positions past {law._TABLE_ROWS} (summed): "
+          f"{int(np.sum(np.broadcast_to(j > law._TABLE_ROWS, x.shape)))}")
+    print(f"sums      N       summed ms  table, built ms  ratio  table, cached ms  ratio  max abs err")
     for n in (1e8, float(ss.n_sampled.max())):
         ni = int(n)
-        t_ex, ex = median_ms(lambda: law._binomial_window_sum(x, j, ni, 1000 - j, True))
-        for alpha in (float(a) for a in args.alphas.split(",")):
-            t_tab, (tab, terms) = median_ms(lambda: tabulated_ap_sums(x.ravel(), j.ravel(), ni, 1000, alpha))
-            tab = tab.reshape(x.shape)
-            err = np.abs(tab - ex)
-            big = ex > 1e-6
-            print(f"{n:<6.0e} {alpha:<6} {t_ex:8.0f}  {t_tab:8.0f}  {t_ex / t_tab:5.1f}  {terms:10d}  "
-                  f"{err.max():11.1e}  {np.max(err[big] / ex[big]):.1e}")
+        for name, precision in (("AP", True), ("Recall", False)):
+            t_ex, ex = median_ms(lambda: law._summed(x, j, ni, k - j, precision))
+            t_b, tab = median_ms(lambda: law._binomial_window_sum(x, j, ni, k - j, precision, cut=k),
+                                 before=law._window_table.cache_clear)
+            t_c, tab = median_ms(lambda: law._binomial_window_sum(x, j, ni, k - j, precision, cut=k))
+            print(f"{name:<9} {n:<7.0e} {t_ex:9.0f}  {t_b:15.1f}  {t_ex / t_b:5.1f}x  {t_c:16.1f}  "
+                  f"{t_ex / t_c:5.1f}x  {np.abs(tab - ex).max():11.1e}"
+                  + ("" if ni >= 4 * law.window_table.reach(k) ** 2 else "  (not tabulated: N < 4 reach(k)^2)"))
 
 
 if __name__ == "__main__":

@@ -102,14 +102,18 @@ def make_data(out: Path, estimator: str = "evt-eb", keep: Path | None = None) ->
 
 def table_data(est, ss) -> dict:
     """What :func:`setup` stores, from an estimate of the sample ``ss``: the estimate with 16
-    replicates and 4 back-test columns drawn around its x (seeded)."""
+    replicates and 4 back-test columns drawn around its x (seeded) and, for evt-eb, an edge factor
+    of 1.5 on every positive the sample counts nothing above, so that the query evaluates both
+    edge models as on a table `rscale estimate` writes (whose factor is a measured ratio per depth
+    band, applied where x S is in [1e-3, 1): the same cost)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     reps = np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 16))), 0, 1)
     cols = np.clip(est.x[:, None] * np.exp(rng.normal(0, 0.3, (est.x.size, 4))), 0, 1)
     arrays = {"x": est.x, "offsets": est.offsets, "rule": est.rule, "n_sampled": est.n_sampled,
-              "replicates": reps, "columns": cols, "counts": ss.pos_counts, "draws": est.draws}
+              "replicates": reps, "columns": cols, "counts": ss.pos_counts, "draws": est.draws,
+              "edge_factor": np.where(ss.pos_counts == 0, 1.5, 1.0) if est.method == "evt-eb" else None}
     return {"arrays": arrays, "method": est.method, "params": est.params, "ss": ss}
 
 
@@ -126,7 +130,8 @@ def setup(data: Path, root: Path) -> None:
         d = pickle.load(f)
     a = d["arrays"]
     est = HardnessEstimate(method=d["method"], x=a["x"], offsets=a["offsets"], rule=a["rule"], n_sampled=a["n_sampled"],
-                           params=d["params"], replicates=a["replicates"], draws=a.get("draws"))
+                           params=d["params"], replicates=a["replicates"], draws=a.get("draws"),
+                           edge_factor=a.get("edge_factor"))
     bt = Backtest(counts=a["counts"], columns=a["columns"], column_factors=np.array([4, 4, 4, 4]))
     root.mkdir(parents=True, exist_ok=True)
     write_hardness(est, d["ss"], root / "h.parquet", None, bt)

@@ -157,9 +157,10 @@ def test_a_bad_replicate_or_back_test_value_is_refused_with_its_row(tmp_path, ss
     assert err.value.column == column and err.value.row == 7
 
 
-def _reference_window_sum(x, j, n, m_max, precision):
-    """The Binomial window sum as rscale.core.law computed it before the padded blocks and the
-    row de-duplication (commit 39d6b08): one index array per term, a bincount per element."""
+def _reference_window_sum(x, j, n, m_max, precision, cut=None):
+    """The Binomial window sum as rscale.core.law computed it before the padded blocks, the
+    row de-duplication and the table (commit 39d6b08): one index array per term, a bincount per
+    element; every element summed whatever ``cut``."""
     from rscale.core.law import _CHUNK_TERMS, _WINDOW_SD, log_choose
     x, j, m_max = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(j, dtype=np.float64),
                                       np.asarray(m_max, dtype=np.float64))
@@ -255,9 +256,28 @@ def test_expected_mode_of_a_stack_with_repeated_rows_equals_one_row_at_a_time(me
     assert stack.flags.c_contiguous
 
 
-def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_path, ss, monkeypatch):
+def _close(got, want, tol):
+    """Equal structure, numbers within ``tol``."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for key in want:
+            _close(got[key], want[key], tol)
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _close(a, b, tol)
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert got == pytest.approx(want, abs=tol, rel=0), (got, want)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("tabulated", [False, True])
+def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_path, ss, monkeypatch, tabulated):
     """End to end, an evt-eb-like table (posterior draws that repeat a positive's value, the
-    default expected mode): every field of every row is what the window sums of 39d6b08 give."""
+    default expected mode): every field of every row is what the window sums of 39d6b08 give,
+    bit for bit where every element is summed, and within 1e-11 where the sums are read off
+    the table of rscale.core.window_table (here made to apply to these small stacks)."""
     from rscale import api
     from rscale.core import law
     from rscale.store.registry import clear_caches
@@ -274,6 +294,10 @@ def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_
                    Backtest(counts=ss.pos_counts, columns=cols, column_factors=np.array([4, 4, 4, 4])))
     api.register(path, None, registry=tmp_path / "reg", backbone="b", benchmark="sim")
     monkeypatch.setattr(law, "_STACK_BLOCK", 500)          # the table's stacks are larger than one block
+    monkeypatch.setattr(law, "_TABLE_MIN", 1 if tabulated else 1 << 62)
+    used = []
+    real = law._tabulated
+    monkeypatch.setattr(law, "_tabulated", lambda *a: used.append((a[3], a[4], np.ndim(a[1]))) or real(*a))
     text = "mAP@1000, mAP@100, R@1, MRR@1000, Recall@10 at N=1e6, 3e8 for b"
     for ci in ("benchmark", "population"):
         clear_caches()
@@ -283,4 +307,9 @@ def test_expected_mode_query_answers_what_the_per_term_window_sums_answered(tmp_
             m.setattr(law, "_binomial_window_sum", _reference_window_sum)
             clear_caches()
             want = api.query(text, tmp_path / "reg", ci_kind=ci, bootstrap=200, seed=3)
-        assert got == want
+        if tabulated:
+            _close(got, want, 1e-11)
+            # (cut, AP-like, j's ndim): AP@1000, AP@100, MRR@1000 (a scalar j), Recall@10 tabulated
+            assert {(1000, True, 1), (100, True, 1), (1000, True, 0), (10, False, 1)} <= set(used)
+        else:
+            assert got == want and not used

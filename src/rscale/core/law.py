@@ -42,13 +42,14 @@ AP@1000 = (1/1 + 2/3) / 2 = 0.8333.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from rscale.core import ragged
+from rscale.core import ragged, window_table
 from rscale.errors import InvalidArgumentError
 
 MODES = ("plugin", "expected")
@@ -67,6 +68,16 @@ _BLOCK_TERMS = 1 << 16
 # Queries with at most this many positives are summed position by position (:class:`_ByPosition`);
 # beyond it the loop over positions would outgrow the per-query segment sum it replaces.
 _MAX_BY_POSITION = 64
+
+# The table of window sums (:func:`_tabulated`): used for cut-offs up to _TABLE_MAX_K, inputs of
+# at least _TABLE_MIN elements (below, summing costs less than building a table: ~20 ms of one
+# core at k = 1000, ~55 ms at 4096), positions up to _TABLE_ROWS (a query's later positives are
+# summed), nodes computed _TABLE_NODE_BLOCK at a time; the cache holds 8 tables (~11 MB each
+# at k = 4096, ~3 MB at 1000).
+_TABLE_MAX_K = 4096
+_TABLE_MIN = 1 << 15
+_TABLE_ROWS = 32
+_TABLE_NODE_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,9 @@ class Hardness:
 
     ``x`` may also be a stack (B, P) of B hardness vectors over the same positives (a point
     estimate and its replicates, say), each row sorted on its own: every metric function then
-    returns (B, Q), the same values as B separate evaluations, in one array operation.
+    returns (B, Q), the same values as B separate evaluations, in one array operation (in the
+    expected mode with a cut-off, within 2e-11: a stack of at least :data:`_TABLE_MIN` elements
+    is read off the table of window sums where its rows alone might be summed).
     """
 
     x: np.ndarray
@@ -310,16 +323,105 @@ def log_choose(n: int, m: np.ndarray) -> np.ndarray:
     return np.where(inner, out, 0.0)
 
 
-def _binomial_window_sum(x, j, n: int, m_max, precision: bool) -> np.ndarray:
+def _binomial_window_sum(x, j, n: int, m_max, precision: bool, cut: int | None = None) -> np.ndarray:
     """sum_{m=0}^{m_max} P(K = m) * w(m) for K ~ Binomial(n, x), elementwise.
 
     w(m) = j / (j + m) when ``precision`` else 1 (a CDF). Terms outside +-10 sd of the mean are
     below 1e-15 of the total and skipped; m_max < 0 gives 0.
 
+    ``cut``: the caller's cut-off k where m_max = k - j for whole j >= 1 (AP@k, Recall@k, R@k,
+    RR@k). A large enough input at a large enough n is then read off a table of the sums at nodes
+    (:func:`_tabulated`, within 2e-11 of summing them: :mod:`rscale.core.window_table`); otherwise,
+    and without ``cut``, every element is summed (:func:`_summed`).
+    """
+    if (cut is not None and cut <= _TABLE_MAX_K and np.size(x) >= _TABLE_MIN
+            and n >= 4.0 * window_table.reach(cut) ** 2 and _cut_holds(x, j, m_max, cut)):
+        return _tabulated(x, j, n, cut, precision)
+    return _summed(x, j, n, m_max, precision)
+
+
+def _cut_holds(x, j, m_max, cut: int) -> bool:
+    """Whether the table holds these sums: m_max = cut - j with whole j >= 1 everywhere, j a
+    scalar, a row (one position per column of ``x``) or ``x``'s shape, and m_max j's shape."""
+    j = np.asarray(j, dtype=np.float64)
+    m_max = np.asarray(m_max, dtype=np.float64)
+    if m_max.shape != j.shape or j.shape not in ((), np.shape(x)[-1:], np.shape(x)):
+        return False
+    return bool(j.size and j.min() >= 1 and np.all(j == np.floor(j)) and np.array_equal(m_max, cut - j))
+
+
+@functools.lru_cache(maxsize=8)
+def _window_table(n: int, cut: int, precision: bool) -> np.ndarray:
+    """The coefficients of :mod:`rscale.core.window_table` for positions j = 1..min(cut,
+    :data:`_TABLE_ROWS`) at (n, cut), read-only. Node values are the window sums themselves,
+    computed as one product: per block of nodes, the pmf over the block's union of windows
+    (log C(n, m) from one table) times the weights (rows, m) of every position at once."""
+    rows = min(cut, _TABLE_ROWS)
+    u = window_table.nodes(cut)
+    x = u * u / n
+    m = np.arange(cut, dtype=np.float64)                        # m_max is at most cut - 1 (j = 1)
+    logc = log_choose(n, m)
+    jv = np.arange(1, rows + 1, dtype=np.float64)[:, None]
+    inside = m[None, :] <= cut - jv                             # m <= m_max = cut - j
+    weights = np.where(inside, jv / (jv + m[None, :]) if precision else 1.0, 0.0)
+    mu = n * x
+    sd = np.sqrt(mu * (1.0 - x))
+    lo = np.maximum(0.0, np.floor(mu - _WINDOW_SD * sd - _WINDOW_SD)).astype(np.int64)
+    hi = np.minimum(cut - 1.0, np.ceil(mu + _WINDOW_SD * sd + _WINDOW_SD)).astype(np.int64)
+    values = np.zeros((rows, u.size))
+    values[:, 0] = weights[:, 0]                                # x = 0: K = 0 surely
+    for a in range(1, u.size, _TABLE_NODE_BLOCK):
+        b = min(a + _TABLE_NODE_BLOCK, u.size)
+        first, last = int(lo[a:b].min()), int(hi[a:b].max())
+        if last < first:
+            continue
+        mm = m[first:last + 1, None]
+        xb = x[None, a:b]
+        pmf = np.exp(logc[first:last + 1, None] + mm * np.log(xb) + (n - mm) * np.log1p(-xb))
+        values[:, a:b] = weights[:, first:last + 1] @ pmf
+    coef = window_table.coefficients(values)
+    coef.flags.writeable = False
+    return coef
+
+
+def _tabulated(x, j, n: int, cut: int, precision: bool) -> np.ndarray:
+    """:func:`_binomial_window_sum` with m_max = cut - j from the table: positions j <= the
+    table's rows are read off it, the others (j > :data:`_TABLE_ROWS`) summed. ``j`` is a scalar,
+    a row (its last axis ``x``'s: one position per column, as the position-major layout and a
+    query-major row give it) or ``x``'s shape."""
+    x = np.asarray(x, dtype=np.float64)
+    j = np.asarray(j, dtype=np.float64)
+    coef = _window_table(n, cut, precision)
+    rows = coef.shape[1]
+    if j.ndim == 0:
+        if j <= rows:
+            return window_table.evaluate(coef, n, x, int(j) - 1)
+        return _summed(x, j, n, cut - j, precision)
+    if j.shape != x.shape:
+        j = j.reshape((1,) * (x.ndim - j.ndim) + j.shape)       # a row: one position per column
+    read = j <= rows
+    if read.all():
+        return window_table.evaluate(coef, n, x, (j - 1).astype(np.int64))
+    out = np.empty(x.shape)
+    if j.shape == x.shape:
+        out[read] = window_table.evaluate(coef, n, x[read], (j[read] - 1).astype(np.int64))
+        rest = ~read
+        out[rest] = _summed(x[rest], j[rest], n, cut - j[rest], precision)
+        return out
+    cols, rest = np.flatnonzero(read.ravel()), np.flatnonzero(~read.ravel())
+    jr = j.ravel()
+    out[..., cols] = window_table.evaluate(coef, n, x[..., cols], (jr[cols] - 1).astype(np.int64))
+    out[..., rest] = _summed(x[..., rest], jr[rest], n, cut - jr[rest], precision)
+    return out
+
+
+def _summed(x, j, n: int, m_max, precision: bool) -> np.ndarray:
+    """:func:`_binomial_window_sum`, every element's window summed (:func:`_window_sums`).
+
     Each element's sum depends on its own (x, j, m_max) alone and is added term by term in order
-    of m (:func:`_window_sums`), so an element of a stack (B, P) equal in all three to the one in
-    the row above is not summed again but copied (an ``evt-eb`` table's posterior draws repeat a
-    positive's value in ~70% of its draws): the same bits as summing it.
+    of m, so an element of a stack (B, P) equal in all three to the one in the row above is not
+    summed again but copied (an ``evt-eb`` table's posterior draws repeat a positive's value in
+    ~70% of its draws): the same bits as summing it.
     """
     x, j, m_max = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(j, dtype=np.float64),
                                       np.asarray(m_max, dtype=np.float64))
@@ -452,7 +554,7 @@ def ap_at_k(h: Hardness, n: float, k: int | None = 1000, mode: str = "plugin") -
     else:
         ni = _integer_n(n)
         m_max = np.full(x.shape, ni) if k is None else k - j
-        contrib = _binomial_window_sum(x, j, ni, m_max, precision=True)
+        contrib = _binomial_window_sum(x, j, ni, m_max, precision=True, cut=k)
     return sums(contrib) / norm
 
 
@@ -472,7 +574,7 @@ def hit_at_k(h: Hardness, n: float, k: int = 1, mode: str = "plugin") -> np.ndar
     if k == 1:
         return p_rank1(h, n)
     ni = _integer_n(n)
-    return _binomial_window_sum(x1, np.ones_like(x1), ni, np.full(x1.shape, k - 1), precision=False)
+    return _binomial_window_sum(x1, 1.0, ni, k - 1.0, precision=False, cut=k)
 
 
 def recall_at_k(h: Hardness, n: float, k: int = 100, mode: str = "plugin") -> np.ndarray:
@@ -486,7 +588,7 @@ def recall_at_k(h: Hardness, n: float, k: int = 100, mode: str = "plugin") -> np
     if mode == "plugin":
         inside = _within(j + n * x, k).astype(np.float64)
     else:
-        inside = _binomial_window_sum(x, j, _integer_n(n), k - j, precision=False)
+        inside = _binomial_window_sum(x, j, _integer_n(n), k - j, precision=False, cut=k)
     return sums(inside) / h.n_pos
 
 
@@ -505,7 +607,7 @@ def reciprocal_rank(h: Hardness, n: float, k: int | None = None, mode: str = "pl
         return rr if k is None else np.where(_within(r, k), rr, 0.0)
     ni = _integer_n(n)
     if k is not None:
-        return _binomial_window_sum(x1, np.ones_like(x1), ni, np.full(x1.shape, k - 1), precision=True)
+        return _binomial_window_sum(x1, 1.0, ni, k - 1.0, precision=True, cut=k)
     with np.errstate(divide="ignore", invalid="ignore"):
         rr = -np.expm1((ni + 1.0) * np.log1p(-x1)) / ((ni + 1.0) * x1)
     return np.where(x1 > 0, rr, 1.0)
@@ -536,7 +638,9 @@ def per_query(h: Hardness, metric: str, n: float, k: int | None = None,
     """Dispatch on a metric name from :data:`METRICS`; returns one value per query ((B, Q) for a
     stack (B, P), evaluated in cache-sized blocks of rows: the same values as one row at a time).
     The expected mode takes a stack whole: its cost is the Binomial terms, not memory traffic, and
-    an element equal to the one in the row above is summed once (:func:`_binomial_window_sum`)."""
+    an element equal to the one in the row above is summed once (:func:`_binomial_window_sum`);
+    a large stack is read off the table of window sums, within 2e-11 of summing it
+    (:func:`_tabulated`), so there the rows alone may differ from it by that much."""
     if h.x.ndim == 2 and h.x.shape[0] > 1 and h.x.size > _STACK_BLOCK:
         if mode == "expected":      # whole, in C order like the blocks' concatenation (a mean over rows adds alike)
             return np.ascontiguousarray(_dispatch(h, metric, n, k, mode))
