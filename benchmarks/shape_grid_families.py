@@ -1,0 +1,87 @@
+"""Where does evt-eb's sign on a simulator family come from? Its shape grid, measured on seen data
+(issue 14; docs/benchmarks.md, "evt-eb's shape grid and the scale-mixture family").
+
+The accuracy table shows `evt-eb` pessimistic in every scale-mixture (``scalemix``) cell while every
+other estimator is optimistic there. Per scenario of one family in every simulator set of
+benchmarks/accuracy.py (design, holdout, fresh..fresh6: all seen), at 1% and 5% of N = 1e8 (one
+draw, the seeds of benchmarks/evt_eb_variants.py), the error of mAP@1000 against the simulator's
+realised truth for:
+
+- ``evt`` (plug-in), the earlier default, whose shapes are bounded (xi <= 0) but for its patches;
+- ``evt-eb`` as shipped (expected mode; one tail model: the stored edge factor is made by
+  ``rscale estimate`` from the replicates, which this script does not fit);
+- ``evt-eb -p xi_max=0``: the same model with its shape grid cut at the bounded side;
+- ``evt-eb -p cluster=off``: without the near-duplicate split.
+
+Samples and truth are cached under --cache. No rule is chosen here: the figures say which part of
+the model sets the sign, for the next round's design.
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/shape_grid_families.py --family scalemix
+"""
+import argparse
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import accuracy as A  # noqa: E402
+from rscale import sim  # noqa: E402
+from rscale.core.estimators.methods import estimate  # noqa: E402
+from rscale.core.prediction import predict_per_query  # noqa: E402
+from rscale.sim.benchmark import SimSpec  # noqa: E402
+
+SETS = ("design", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
+VARIANTS = (("evt", {}, "plugin"), ("evt-eb", {}, "expected"), ("evt-eb", {"xi_max": 0.0}, "expected"),
+            ("evt-eb", {"cluster": "off"}, "expected"))
+
+
+def cell(cache: Path, which: str, off: int, name: str, family: str, hl, nq: int, f: float):
+    """(sample stats, realised truth of mAP@1000 at 1e8), cached."""
+    path = cache / f"{which}-{name.replace('/', '_').replace(' ', '_')}-{f}.pkl"
+    if not path.exists():
+        seed = 7 + off
+        bench = sim.simulate(SimSpec(name=name, family=family, n_queries=nq, hardness=hl), seed=seed)
+        s = int(f * 1e8)
+        ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
+        truth = float(sim.truth(bench, ss, 1e8, "AP", 1000, seed=seed).mean())
+        with open(path, "wb") as fh:
+            pickle.dump((ss, truth), fh)
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--family", default="scalemix")
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("CACHE", "/tmp/shape_grid_cache")))
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    print("set      scenario                     S/N  truth   " + "  ".join(
+        f"{m}{' ' + json.dumps(p) if p else ''}" for m, p, _ in VARIANTS))
+    errors = {i: [] for i in range(len(VARIANTS))}
+    for which in SETS:
+        scen, off = A.SETS[which]
+        for name, family, hl, nq in scen:
+            if family != args.family:
+                continue
+            for f in (0.01, 0.05):
+                ss, truth = cell(args.cache, which, off, name, family, hl, nq, f)
+                row = []
+                for i, (m, p, mode) in enumerate(VARIANTS):
+                    e = float(predict_per_query(estimate(ss, m, **p), "AP", 1e8, 1000, mode).mean()) - truth
+                    errors[i].append(e)
+                    row.append(e)
+                print(f"{which:8s} {name:28s} {f:.2f} {truth:.4f} " + " ".join(f"{e:+.4f}" for e in row), flush=True)
+    for i, (m, p, mode) in enumerate(VARIANTS):
+        v = np.array(errors[i])
+        if v.size:
+            print(f"{m} {json.dumps(p)} ({mode}): cells {v.size}, MAE {np.abs(v).mean():.4f}, mean signed "
+                  f"{v.mean():+.4f}, negative {int((v < 0).sum())}")
+
+
+if __name__ == "__main__":
+    main()
