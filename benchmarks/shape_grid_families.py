@@ -13,10 +13,15 @@ realised truth for:
 - ``evt-eb -p xi_max=0``: the same model with its shape grid cut at the bounded side;
 - ``evt-eb -p cluster=off``: without the near-duplicate split.
 
+With ``--drift``, instead: per cell, the mean over queries of evt-eb's posterior-mean shape at each
+of its four threshold candidates (400, 200, 100 and 50 excesses of the top 4000 scores), on a grid
+widened to xi <= 0.5: whether the fitted shape drifts with depth inside the sample, which is what a
+model of a shape that keeps drifting past the sample would have to read.
+
 Samples and truth are cached under --cache. No rule is chosen here: the figures say which part of
 the model sets the sign, for the next round's design.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/shape_grid_families.py --family scalemix
+Run: PYTHONPATH=src .venv/bin/python benchmarks/shape_grid_families.py --family scalemix [--drift]
 """
 import argparse
 import json
@@ -30,7 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy as A  # noqa: E402
 from rscale import sim  # noqa: E402
+from rscale.core.estimators import evt_eb  # noqa: E402
 from rscale.core.estimators.methods import estimate  # noqa: E402
+from rscale.core.gpd_eb import shape_grid  # noqa: E402
 from rscale.core.prediction import predict_per_query  # noqa: E402
 from rscale.sim.benchmark import SimSpec  # noqa: E402
 
@@ -54,12 +61,34 @@ def cell(cache: Path, which: str, off: int, name: str, family: str, hl, nq: int,
         return pickle.load(fh)
 
 
+def shapes_by_threshold(ss) -> list:
+    """[(excesses, mean over queries of the posterior-mean shape)] per threshold candidate."""
+    grid = shape_grid(0.5)
+    top = ss.top_scores[:, :min(evt_eb.DEFAULT_EB.k_top, ss.k)]
+    out = []
+    for n in evt_eb.candidate_sizes(top.shape[1], evt_eb.DEFAULT_EB.q, evt_eb.DEFAULT_EB.held_out):
+        c = evt_eb.tail_candidate(top, n, evt_eb.DEFAULT_EB.held_out, grid)
+        out.append((n, float(np.mean(np.sum(c["post"] * grid[None, :], axis=1)))))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--family", default="scalemix")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("CACHE", "/tmp/shape_grid_cache")))
+    ap.add_argument("--drift", action="store_true", help="the fitted shape per threshold candidate instead")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
+    if args.drift:
+        for which in SETS:
+            scen, off = A.SETS[which]
+            for name, family, hl, nq in scen:
+                if family == args.family:
+                    for f in (0.01, 0.05):
+                        ss, _ = cell(args.cache, which, off, name, family, hl, nq, f)
+                        print(f"{which:8s} {name:28s} {f:.2f} " + "  ".join(
+                            f"{n}: {xi:+.3f}" for n, xi in shapes_by_threshold(ss)), flush=True)
+        return
     print("set      scenario                     S/N  truth   " + "  ".join(
         f"{m}{' ' + json.dumps(p) if p else ''}" for m, p, _ in VARIANTS))
     errors = {i: [] for i in range(len(VARIANTS))}
