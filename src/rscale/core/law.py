@@ -20,7 +20,9 @@ Two ways to turn hardness into a metric, offered as ``mode``:
     The exact expectation of the metric over Binomial(N, x_j) counts. Every metric here is a sum
     over positives of a function of one positive's count (or of the best positive's count), so only
     the marginals are needed: E[1{K <= k-j} j/(j+K)] is a short sum over the Binomial pmf, restricted
-    to a window of +-10 standard deviations around N x. With true population hardness this *is* the
+    to a window of +-10 standard deviations around N x (for a large input at a cut-off k, read off a
+    table of those sums at nodes, within 2e-11: :mod:`rscale.core.window_table`). With true
+    population hardness this *is* the
     mean realised value over galleries of size N (linearity of expectation), so it is the unbiased
     target for a realised benchmark value; fed realised fractions it overshoots the realised value
     (the paper's +0.004..+0.006 at 1e8).
@@ -42,10 +44,9 @@ AP@1000 = (1/1 + 2/3) / 2 = 0.8333.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -350,7 +351,7 @@ def _cut_holds(x, j, m_max, cut: int) -> bool:
     return bool(j.size and j.min() >= 1 and np.all(j == np.floor(j)) and np.array_equal(m_max, cut - j))
 
 
-@functools.lru_cache(maxsize=8)
+@lru_cache(maxsize=8)
 def _window_table(n: int, cut: int, precision: bool) -> np.ndarray:
     """The coefficients of :mod:`rscale.core.window_table` for positions j = 1..min(cut,
     :data:`_TABLE_ROWS`) at (n, cut), read-only. Node values are the window sums themselves,
