@@ -18,10 +18,16 @@ of its four threshold candidates (400, 200, 100 and 50 excesses of the top 4000 
 widened to xi <= 0.5: whether the fitted shape drifts with depth inside the sample, which is what a
 model of a shape that keeps drifting past the sample would have to read.
 
+With ``--real``, instead: the same question on the four real-embedding sets (all seen; their
+committed 1% and 5% draws, the prediction at the full pool against its exact truth), for ``evt``,
+``evt-eb`` and ``evt-eb`` with the grid cut at 0 and widened to 0.5: whether real tails behave like
+the scale mixture (truth below the sampled shape's extrapolation) or like Student (above it).
+
 Samples and truth are cached under --cache. No rule is chosen here: the figures say which part of
 the model sets the sign, for the next round's design.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/shape_grid_families.py --family scalemix [--drift]
+     PYTHONPATH=src .venv/bin/python benchmarks/shape_grid_families.py --real
 """
 import argparse
 import json
@@ -61,6 +67,37 @@ def cell(cache: Path, which: str, off: int, name: str, family: str, hl, nq: int,
         return pickle.load(fh)
 
 
+REAL_SETS = ("realset", "realset2", "realset3", "realset4")
+REAL_VARIANTS = (("evt", {}, "plugin"), ("evt-eb", {}, "expected"), ("evt-eb", {"xi_max": 0.0}, "expected"),
+                 ("evt-eb", {"xi_max": 0.5}, "expected"))
+
+
+def real_sets():
+    """Per real set, per 1% / 5% draw: its error under each of REAL_VARIANTS (printed), and the summary."""
+    from rscale.store.sample_stats_file import read_sample_stats
+    here = Path(__file__).resolve().parent
+    print("set       S/N  draw  truth   " + "  ".join(f"{m}{' ' + json.dumps(p) if p else ''}" for m, p, _ in REAL_VARIANTS))
+    for name in REAL_SETS:
+        data = here / name / "data"
+        man = json.loads((data / "manifest.json").read_text())
+        n, truth = float(man["pool"]), float(man["truth_map_at_1000"])
+        errors = {i: [] for i in range(len(REAL_VARIANTS))}
+        for pct in ("01", "05"):
+            for d in range(5):
+                path = data / f"draw-{pct}pct-{d}.sample_stats.parquet"
+                if not path.exists():
+                    continue
+                ss = read_sample_stats(path)
+                row = []
+                for i, (m, p, mode) in enumerate(REAL_VARIANTS):
+                    e = float(predict_per_query(estimate(ss, m, **p), "AP", n, 1000, mode).mean()) - truth
+                    errors[i].append(e)
+                    row.append(e)
+                print(f"{name:9s} {int(pct)}%  {d}  {truth:.4f} " + " ".join(f"{e:+.4f}" for e in row), flush=True)
+        print(f"{name}: mean signed " + ", ".join(
+            f"{m}{' ' + json.dumps(p) if p else ''} {np.mean(errors[i]):+.4f}" for i, (m, p, _) in enumerate(REAL_VARIANTS)))
+
+
 def shapes_by_threshold(ss) -> list:
     """[(excesses, mean over queries of the posterior-mean shape)] per threshold candidate."""
     grid = shape_grid(0.5)
@@ -77,8 +114,12 @@ def main():
     ap.add_argument("--family", default="scalemix")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("CACHE", "/tmp/shape_grid_cache")))
     ap.add_argument("--drift", action="store_true", help="the fitted shape per threshold candidate instead")
+    ap.add_argument("--real", action="store_true", help="the four real-embedding sets instead")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
+    if args.real:
+        real_sets()
+        return
     if args.drift:
         for which in SETS:
             scen, off = A.SETS[which]
