@@ -181,10 +181,13 @@ def look_alikes(entries) -> dict:
     return out
 
 
-def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, pool_target=POOL_TARGET):
+def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, pool_target=POOL_TARGET,
+           not_queries=frozenset()):
     """The rules of docs/realset3.md -> (queries, qrels, pool, counts).
 
     ``entries``: one dict per rendered glyph (``package``, ``file``, ``family``, ``cp``, ``digest``).
+    ``not_queries``: codepoints that may not be queries (other glyph sets' queries, docs/realset5.md);
+    their glyphs may still be pool images, like any codepoint no query took.
     queries: [(qid, entry)]; qrels: [(qid, entry)]; pool: [entry] (one per content digest)."""
     alike = look_alikes(entries)
     by_cp: dict = {}
@@ -195,7 +198,7 @@ def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, poo
     for cp in order:
         if len(queries) == max_queries:
             break
-        if taken.intersection(alike[cp]):
+        if cp in not_queries or taken.intersection(alike[cp]):
             continue
         ranked = sorted(by_cp[cp], key=lambda e: hashlib.sha256(
             f"{codepoint_name(cp)}\t{Path(e['file']).name}".encode()).hexdigest())
@@ -229,6 +232,8 @@ def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, poo
               "codepoints": len(by_cp), "look_alike_codepoints_taken": len(taken - query_cps),
               "excluded_images": len(excluded) - len({e["digest"] for _, e in queries + qrels}),
               "pool_available": len(available), "pool": len(pool)}
+    if not_queries:
+        counts["codepoints_not_queries"] = len(set(not_queries) & set(by_cp))
     return queries, qrels, pool, counts
 
 
@@ -236,7 +241,7 @@ def select(entries, *, max_queries=MAX_QUERIES, max_positives=MAX_POSITIVES, poo
 def read_corpus(fonts, renderer=None, progress=True):
     """One entry per (font, codepoint) that renders with ink; and the counts of what was skipped."""
     renderer = renderer or Renderer()
-    entries, blank, broken = [], 0, []
+    entries, blank, broken, unrenderable = [], 0, [], []
     t0 = time.perf_counter()
     for i, (pkg, path) in enumerate(fonts):
         try:
@@ -245,7 +250,11 @@ def read_corpus(fonts, renderer=None, progress=True):
             broken.append(f"{path}: {type(exc).__name__}")
             continue
         for cp in cps:
-            im = renderer(path, cp)
+            try:
+                im = renderer(path, cp)
+            except OSError as exc:  # FreeType cannot rasterise it ("raster overflow"): recorded, not used
+                unrenderable.append(f"{path} {codepoint_name(cp)}: {exc}")
+                continue
             if im is None:
                 blank += 1
                 continue
@@ -253,7 +262,10 @@ def read_corpus(fonts, renderer=None, progress=True):
         if progress and i % 25 == 0:
             print(f"corpus: {i + 1}/{len(fonts)} fonts, {len(entries)} glyphs, {time.perf_counter() - t0:.0f}s",
                   flush=True)
-    return entries, {"fonts": len(fonts), "fonts_unreadable": broken, "blank_glyphs": blank}
+    skipped = {"fonts": len(fonts), "fonts_unreadable": broken, "blank_glyphs": blank}
+    if unrenderable:        # none in realset3's and realset4's corpora; their records keep their keys
+        skipped["glyphs_unrenderable"] = unrenderable
+    return entries, skipped
 
 
 def stage_corpus(work: Path, packages=PACKAGES, fonts=None, doc: str = "docs/realset3.md", **limits):
@@ -380,9 +392,11 @@ def stage_score(work: Path, out: Path, benchmark: str = BENCHMARK, pool_cut: int
     print(json.dumps({k: manifest[k] for k in ("queries", "positives", "pool", "pool_designed", "truth_map_at_1000")}))
 
 
-def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset3.md", data=None, description=None):
+def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset3.md", data=None, description=None,
+         not_queries=None):
     """The three stages on the command line; another glyph set (docs/realset4.md) passes its own
-    packages, benchmark name, design document and data folder."""
+    packages, benchmark name, design document and data folder, and (docs/realset5.md) a callable
+    giving the codepoints that may not be its queries."""
     ap = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
     ap.add_argument("stage", choices=("corpus", "embed", "score"))
     ap.add_argument("--work", required=True)
@@ -394,7 +408,10 @@ def main(argv=None, *, packages=PACKAGES, benchmark=BENCHMARK, doc="docs/realset
     a = ap.parse_args(argv)
     work = Path(a.work)
     if a.stage == "corpus":
-        stage_corpus(work, packages, doc=doc)
+        if not_queries is None:
+            stage_corpus(work, packages, doc=doc)
+        else:
+            stage_corpus(work, packages, doc=doc, not_queries=frozenset(not_queries()))
     elif a.stage == "embed":
         stage_embed(work, a.limit)
     else:
