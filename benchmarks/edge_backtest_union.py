@@ -1,0 +1,149 @@
+"""Whose error the back-test measures, in the union of the two edge models' intervals (issue 14;
+docs/benchmarks.md, "The back-test belongs to model U"); a benchmark of a candidate rule, nothing
+of it is in ``src/``.
+
+evt-eb's estimate carries two models past the sample's edge (``rscale.core.edge_models``): ``U``,
+the tail model as fitted, and ``C``, the same draws times the complementary halves' band ratios.
+The back-test's shares (halves and quarters) are re-estimates with model ``U``, so its band
+[e_lo, e_hi] is ``U``'s error carried to the user's factor. The shipped benchmark interval
+(``rscale.core.interval.metric_intervals``, ``models``) moves *both* models by that band and joins
+them: with C below U and the back-test saying U is optimistic (e_hi > 0), its lower end is
+C - e_hi - h (h the replicate and gallery half-width): U's measured optimism taken off a model that
+was made to remove the optimism past the edge, a second time.
+
+The candidate, ``U-band``: the band moves ``U`` only; ``C`` keeps its plain interval:
+
+    lo = min(U - max(e_hi, 0), C) - h,   hi = max(U - min(e_lo, 0), C) + h
+
+(clipped to [0, 1] as shipped). It differs from the shipped interval only on the side where C lies
+from U and only when the band reaches that way (C < U and e_hi > 0: a higher lower end; C > U and
+e_lo < 0: a lower upper end); so it is never wider and covers at most what the shipped one covers.
+
+Per cell, through the shipped path (``benchmarks/accuracy_table.py``'s ``run_cell``: estimate ->
+register -> query, cached), the query's interval and the truth; then from the fit the cell stored,
+the parts (``rscale.core.interval``'s own functions) and both rules. The shipped interval rebuilt
+from the parts is printed against the query's (``check``, 0 up to rounding).
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_backtest_union.py --set design [--fractions 0.01,0.05] [--json rows.json]
+     --set cov5 / realset5 only with --held-out: the single measurement written down before it
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import accuracy_table as T  # noqa: E402
+from edge_average import DEFAULT_CACHE, held_out_sim_draws  # noqa: E402
+from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
+
+METHOD = "evt-eb"
+# measured once, with --held-out, by the round that wrote this rule down (docs/benchmarks.md)
+HELD_OUT_SETS = ("cov5", "realset5")
+
+
+def check_set(which: str, held_out: bool) -> None:
+    """Stop (one line) unless ``which`` is seen data, or ``held_out`` and one of :data:`HELD_OUT_SETS`."""
+    from bias_by_depth import DESIGN_SETS
+    seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
+    if which not in seen and not (held_out and which in HELD_OUT_SETS):
+        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}), or with --held-out one of "
+                         f"{', '.join(HELD_OUT_SETS)} (measured once, after the rule was written down)")
+
+
+def draws_of(name: str, fractions) -> list:
+    if name.startswith("realset"):
+        return T.real_draws(name, fractions, None)
+    if name in (*SEEN_HELD_OUT, *HELD_OUT_SETS):
+        return held_out_sim_draws(name, fractions)
+    return T.sim_draws(name, fractions, 1)
+
+
+def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) -> dict:
+    """Both rules' (lo, hi) from model U's and C's values, the half-width h and U's back-test band
+    (e_lo, e_hi) (NaN: no band)."""
+    e_lo, e_hi = (0.0, 0.0) if band is None or not np.all(np.isfinite(band)) else (float(band[0]), float(band[1]))
+    v, spread = (u + c) / 2.0, abs(c - u) / 2.0
+    shipped = (v - max(e_hi, 0.0) - spread - half, v - min(e_lo, 0.0) + spread + half)
+    u_band = (min(u - max(e_hi, 0.0), c) - half, max(u - min(e_lo, 0.0), c) + half)
+    return {k: tuple(float(np.clip(x, *level_bounds)) for x in iv) for k, iv in (("shipped", shipped), ("u_band", u_band))}
+
+
+def cell(draw, cache: Path) -> dict:
+    from rscale.core.interval import _bands, _cell_predictions, _edge_shifts, _t_quantile
+    from rscale.core.prediction import gallery_sd
+    from rscale.store.hardness_file import read_hardness
+    res = T.run_cell(draw, METHOD, str(cache))
+    if "failed" in res or res.get("lo") is None:
+        raise RuntimeError(f"{draw.label}: the shipped path failed: {res.get('failed')}")
+    sample, _ = T.cached_sample(draw, cache)
+    fit = T._valid_fit(cache, sample, METHOD)
+    est, info = read_hardness(Path(fit["dir"]) / fit["file"])
+    cells, mode = [("AP", 1000, float(draw.n))], T.query_mode(METHOD)
+    pqs, reps, bts = _cell_predictions(est, cells, mode, "benchmark", 0, None, info["backtest"])
+    m = reps[0].mean(axis=-1)
+    sd = float(np.sqrt(np.mean(((m[0::2] - m[1::2]) / 2.0) ** 2)))
+    half = float(np.hypot(_t_quantile(0.95, m.size // 2) * sd, 1.959963984540054 * gallery_sd(est, "AP", draw.n, 1000)))
+    shift = _edge_shifts(est, cells, mode, None)[0]
+    v = float(pqs[0].mean())
+    u, c = v - shift / 2.0, v + shift / 2.0
+    band = _bands(bts)[0]
+    iv = intervals(u, c, half, band)
+    t = res["truth"]
+    return {"set": draw.set, "cell": draw.scenario if draw.sim else f"draw {draw.draw}", "fraction": draw.fraction,
+            "truth": t, "value": v, "err": v - t, "err_U": u - t, "err_C": c - t, "half": half,
+            "band": [float(x) for x in band], "check": max(abs(iv["shipped"][0] - res["lo"]), abs(iv["shipped"][1] - res["hi"])),
+            **{f"lo_{k}": x[0] for k, x in iv.items()}, **{f"hi_{k}": x[1] for k, x in iv.items()},
+            **{f"covered_{k}": bool(x[0] <= t <= x[1]) for k, x in iv.items()},
+            **{f"width_{k}": x[1] - x[0] for k, x in iv.items()}}
+
+
+def summary(rows: list) -> str:
+    out = ["| set | S/N | cells | MAE | shipped covers | width | U-band covers | width | width ratio |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for s in sorted({r["set"] for r in rows}):
+        for f in sorted({r["fraction"] for r in rows if r["set"] == s}):
+            rs = [r for r in rows if r["set"] == s and r["fraction"] == f]
+            ws, wu = (float(np.mean([r[f"width_{k}"] for r in rs])) for k in ("shipped", "u_band"))
+            out.append(f"| {s} | {f:.0%} | {len(rs)} | {np.mean([abs(r['err']) for r in rs]):.4f} | "
+                       f"{sum(r['covered_shipped'] for r in rs)}/{len(rs)} | {ws:.4f} | "
+                       f"{sum(r['covered_u_band'] for r in rs)}/{len(rs)} | {wu:.4f} | {wu / ws:.2f} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", dest="which", required=True)
+    ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="the accuracy table's cache (shared with it)")
+    ap.add_argument("--held-out", action="store_true", help=f"allow {' and '.join(HELD_OUT_SETS)}: the single "
+                                                            "measurement written down before it")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    check_set(a.which, a.held_out)
+    fractions = [float(x) for x in a.fractions.split(",")]
+    os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + str(Path(a.cache) / "mlruns.db"))
+    rows = []
+    print("| set | cell | S/N | truth | error | U | C | band | shipped | U-band | check |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in draws_of(a.which, fractions):
+        r = cell(d, Path(a.cache))
+        rows.append(r)
+        print(f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err']:+.4f} | {r['err_U']:+.4f} | "
+              f"{r['err_C']:+.4f} | {r['band'][0]:+.4f}..{r['band'][1]:+.4f} | "
+              f"{'yes' if r['covered_shipped'] else 'no'} {r['width_shipped']:.4f} | "
+              f"{'yes' if r['covered_u_band'] else 'no'} {r['width_u_band']:.4f} | {r['check']:.1e} |", flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+    print()
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()
