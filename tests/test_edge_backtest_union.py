@@ -1,6 +1,7 @@
 """benchmarks/edge_backtest_union.py (docs/benchmarks.md, "The back-test belongs to model U"): its
-rebuilt shipped interval is rscale.core.interval's, the candidate never widens it and differs only
-where the back-test's band reaches to the side C lies from U; held-out sets need --held-out."""
+U-band rule is what rscale.core.interval ships since the measurement, it never widens the union
+shipped before and differs from it only where the back-test's band reaches to the side C lies from
+U; held-out sets need --held-out."""
 
 from __future__ import annotations
 
@@ -15,18 +16,18 @@ ebu = load_benchmark("edge_backtest_union.py", "edge_backtest_union")
 @pytest.mark.parametrize("u, c, band", [(0.40, 0.37, (0.01, 0.03)), (0.40, 0.43, (0.01, 0.03)),
                                         (0.40, 0.37, (-0.03, -0.01)), (0.40, 0.37, (-0.02, 0.02)),
                                         (0.02, 0.01, (0.02, 0.05)), (0.40, 0.37, None)])
-def test_the_rebuilt_shipped_interval_is_metric_intervals_union(u, c, band):
+def test_the_u_band_rule_is_what_metric_intervals_ships(u, c, band):
     from rscale.core.interval import metric_intervals
     rng = np.random.default_rng(3)
     point = rng.uniform(0.2, 0.6, (1, 50))
     point += (u + c) / 2 - point.mean()
     reps = point[:, None, :] + rng.normal(0, 0.01, (1, 16, 1))
     v, lo, hi = metric_intervals(point, reps, backtest=None if band is None else np.array([band]),
-                                 models=np.array([abs(c - u) / 2]))
+                                 models=np.array([c - u]))
     m = reps.mean(axis=2)[0].reshape(-1, 2)
     from rscale.core.interval import _t_quantile
     half = _t_quantile(0.95, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))
-    got = ebu.intervals(u, c, half, None if band is None else np.array(band))["shipped"]
+    got = ebu.intervals(u, c, half, None if band is None else np.array(band))["u_band"]
     assert got == pytest.approx((lo[0], hi[0]), abs=1e-12)
 
 
@@ -37,7 +38,7 @@ def test_the_candidate_is_never_wider_and_differs_only_on_the_side_c_lies_from_u
         e = np.sort(rng.normal(0, 0.05, 2))
         h = rng.uniform(0, 0.05)
         iv = ebu.intervals(u, c, h, e)
-        (s_lo, s_hi), (a_lo, a_hi) = iv["shipped"], iv["u_band"]
+        (s_lo, s_hi), (a_lo, a_hi) = iv["union"], iv["u_band"]
         assert a_lo >= s_lo - 1e-12 and a_hi <= s_hi + 1e-12
         if e[1] <= 0 or c >= u:                         # the lower end moves only for C < U, U optimistic
             assert a_lo == pytest.approx(s_lo, abs=1e-12)

@@ -234,3 +234,28 @@ def test_a_file_with_a_factor_on_a_counted_positive_is_refused(tmp_path):
     pq.write_table(t.drop(["edge_factor"]), tmp_path / "nocol.parquet")
     est, info = read_hardness(tmp_path / "nocol.parquet")
     assert est.edge_factor is None and info["edge"] == {}
+
+
+@pytest.mark.parametrize("kind", ["benchmark", "population"])
+def test_the_back_test_band_moves_model_u_only(kind):
+    """The band is U's error (its shares are model-U estimates): the interval joins U's interval
+    moved by the band with C's plain one, so U's optimism is not taken off C a second time; with
+    no band, or a band reaching away from C, it is the union of the two models' intervals."""
+    from rscale.core.interval import metric_intervals
+    rng = np.random.default_rng(5)
+    point = rng.uniform(0.3, 0.5, (1, 400))
+    reps = point[:, None, :] + rng.normal(0, 0.004, (1, 16, 1))
+    v = point.mean()
+    shift = -0.03                                      # C 0.03 below U
+    u, c = v - shift / 2, v + shift / 2
+    kw = dict(ci_kind=kind, bootstrap=300)
+    _, lo0, hi0 = metric_intervals(point, reps, **kw)  # around v, no band, no models: v -+ the half-widths
+    below, above = v - lo0[0], hi0[0] - v
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.02]]), models=np.array([shift]), **kw)
+    assert lo[0] == pytest.approx(min(u - 0.02, c) - below, abs=1e-12)     # C - half: not C - 0.02 - half
+    assert hi[0] == pytest.approx(max(u, c) + above, abs=1e-12)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[-0.02, -0.01]]), models=np.array([shift]), **kw)
+    assert lo[0] == pytest.approx(c - below, abs=1e-12)                      # away from C: the union
+    assert hi[0] == pytest.approx(u + 0.02 + above, abs=1e-12)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), models=np.array([shift]), **kw)
+    assert lo[0] == pytest.approx(u - 0.05 - below, abs=1e-12)              # U's band reaches past C

@@ -161,8 +161,8 @@ def test_descriptor_set_v1_manifest_and_shards(tmp_path):
 def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_edge_models():
     """Version 5: the second edge model's factor and what made it (rscale.edge); the prediction is
     the mean of the model without it and the model with every draw times it, and the benchmark
-    interval the one without, widened on both sides by half the two models' distance. Versions 1-4
-    carry one model."""
+    interval the one without (the back-test band is its error) joined with the other model's plain
+    interval. Versions 1-4 carry one model."""
     from dataclasses import replace
 
     from rscale.core.interval import predicted_intervals
@@ -183,7 +183,11 @@ def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_ed
         assert abs(c.mean() - u.mean()) > 1e-4                            # the two models differ here
         bt = info5["backtest"]
         [(_, lo_u, hi_u, _)] = predicted_intervals(one, [(metric, k, n)], mode="expected", backtest=bt)
+        [(_, lo_0, hi_0, _)] = predicted_intervals(one, [(metric, k, n)], mode="expected")   # no band
         [(pq, lo, hi, _)] = predicted_intervals(v5, [(metric, k, n)], mode="expected", backtest=bt)
         shift = c.mean() - u.mean()
-        assert lo == pytest.approx(max(0.0, min(lo_u, lo_u + shift)), abs=1e-12)
-        assert hi == pytest.approx(min(1.0, max(hi_u, hi_u + shift)), abs=1e-12)
+        assert hi_0 < 1.0
+        half = hi_0 - u.mean()                                            # the replicate and gallery half-width
+        # U's interval (with the back-test band, U's error) joined with C's plain one, C +- half
+        assert lo == pytest.approx(max(0.0, min(lo_u, c.mean() - half)), abs=1e-12)
+        assert hi == pytest.approx(min(1.0, max(hi_u, c.mean() + half)), abs=1e-12)

@@ -30,13 +30,16 @@ back-test correction of the point measured worse on the simulator). A band of on
 (``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
 An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
-predicts v = (v_U + v_C) / 2, and both ends of its interval move out by |v_C - v_U| / 2
-(``models``): for ``benchmark`` that is the union of the intervals around each model's value (the
-replicates and the back-test are model U's, so both intervals have the same half-widths); for
-``population`` the query bootstrap resamples the averaged per-query values, so the result is close
-to, not exactly, the union of the two models' own population intervals (an end 0.005 apart on a
-synthetic table). A paired difference pairs the models (A's U with B's U, C with C), so by
-|(v_C - v_U)_A - (v_C - v_U)_B| / 2.
+predicts v = (v_U + v_C) / 2 (``models``: v_C - v_U), and its interval joins the one around each
+model. The replicates and the back-test's shares are model U's estimates, so the back-test band is
+U's error and moves U only; C, which is U with the error past the edge taken out, keeps its plain
+interval: lo = min(v_U - max(e_hi, 0), v_C) - half, hi = max(v_U - min(e_lo, 0), v_C) + half.
+(Until 2026-12-07 the band moved both models, which took U's measured optimism off C a second
+time; measured on the held-out `cov5` and `realset5`, docs/benchmarks.md "The back-test belongs
+to model U".) For ``population`` the query bootstrap resamples the averaged per-query values
+around those ends, close to, not exactly, the two models' own population intervals joined. A
+paired difference pairs the models (A's U with B's U, C with C): its models' difference is
+(v_C - v_U)_A - (v_C - v_U)_B.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
@@ -113,8 +116,9 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     ``gallery_sd`` (C,): the sd over galleries of the realised value itself, a source the
     replicates do not carry (the reranked metric's outranking noise,
     :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
-    adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C,): half
-    the distance between the two edge models' values (module docstring); both ends move out by it."""
+    adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C,): v_C - v_U,
+    the signed difference of the two edge models' values whose mean ``point`` holds (module
+    docstring): the back-test band moves model U, and the interval joins C's."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -138,11 +142,10 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     band = np.zeros(value.shape + (2,)) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
     if band.ndim == 1:
         band = np.stack([band, band], axis=-1)
-    low_end = value - np.maximum(band[:, 1], 0.0)                  # min(v, v - e_hi)
-    high_end = value - np.minimum(band[:, 0], 0.0)                 # max(v, v - e_lo)
-    if models is not None:                                         # the union around v_U and v_C
-        spread = np.abs(np.nan_to_num(np.asarray(models, dtype=np.float64)))
-        low_end, high_end = low_end - spread, high_end + spread
+    shift = np.zeros(value.shape) if models is None else np.nan_to_num(np.asarray(models, dtype=np.float64))
+    v_u, v_c = value - shift / 2.0, value + shift / 2.0            # one model: both are v
+    low_end = np.minimum(v_u - np.maximum(band[:, 1], 0.0), v_c)   # min(v_U, v_U - e_hi, v_C)
+    high_end = np.maximum(v_u - np.minimum(band[:, 0], 0.0), v_c)  # max(v_U, v_U - e_lo, v_C)
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
@@ -171,7 +174,7 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     shifts = _edge_shifts(est, cells, mode, in_pool_counts)
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  backtest=_bands(bts), gallery_sd=gsd,
-                                 models=None if shifts is None else np.abs(shifts) / 2.0)
+                                 models=shifts)
     return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
 
 
@@ -201,7 +204,7 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
     s_ref = float(np.max(est_a.n_sampled))
     bd = [difference_error(a, b, n / s_ref, level=level) for a, b, (_, _, n) in zip(ba, bb, cells)]
     sa, sb = _edge_shifts(est_a, cells, mode, None), _edge_shifts(est_b, cells, mode, None)
-    models = None if sa is None and sb is None else np.abs((0.0 if sa is None else sa) - (0.0 if sb is None else sb)) / 2.0
+    models = None if sa is None and sb is None else (0.0 if sa is None else sa) - (0.0 if sb is None else sb)
     _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  backtest=_bands(bd), bounds=(-1.0, 1.0), models=models)
     return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
