@@ -27,7 +27,7 @@ from the parts, is printed against the query's interval (``check``, 0 up to roun
 in the rows measured before the build (``benchmarks/edge_backtest_union_rows/``), U-band since.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_backtest_union.py --set design [--fractions 0.01,0.05] [--json rows.json]
-     --set cov5 / realset5 only with --held-out: the single measurement written down before it
+     (cov5 and realset5 were measured once with --held-out, 2026-12-07; seen since)
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ from edge_average import DEFAULT_CACHE, held_out_sim_draws  # noqa: E402
 from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
 
 METHOD = "evt-eb"
-# measured once, with --held-out, by the round that wrote this rule down (docs/benchmarks.md)
-HELD_OUT_SETS = ("cov5", "realset5")
+# cov5 and realset5 were measured once, with --held-out, by the round that wrote this rule down
+# (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
+HELD_OUT_SETS: tuple = ()
 
 
 def check_set(which: str, held_out: bool) -> None:
@@ -55,8 +56,8 @@ def check_set(which: str, held_out: bool) -> None:
     from bias_by_depth import DESIGN_SETS
     seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
     if which not in seen and not (held_out and which in HELD_OUT_SETS):
-        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}), or with --held-out one of "
-                         f"{', '.join(HELD_OUT_SETS)} (measured once, after the rule was written down)")
+        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
+                         "with --held-out, by the round that wrote down its rule (none is reserved now)")
 
 
 def draws_of(name: str, fractions) -> list:
@@ -125,7 +126,7 @@ def main(argv=None):
     ap.add_argument("--set", dest="which", required=True)
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="the accuracy table's cache (shared with it)")
-    ap.add_argument("--held-out", action="store_true", help=f"allow {' and '.join(HELD_OUT_SETS)}: the single "
+    ap.add_argument("--held-out", action="store_true", help="allow a set in HELD_OUT_SETS (none now): the single "
                                                             "measurement written down before it")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)

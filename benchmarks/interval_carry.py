@@ -85,9 +85,9 @@ COV4_SEED = 530_000
 
 # Held out (--set cov5): written down on 2026-12-07, after cov4 was spent on the edge average
 # (docs/benchmarks.md, "Two edge models, averaged") and before anything of the round after it was
-# designed; nothing has been measured on it. Reserved for that round's single measurement, with the
-# target and decision rule it writes down first. New laws, query counts and a new seed offset;
-# every family of the simulator once.
+# designed. Spent on 2026-12-07 by benchmarks/edge_backtest_union.py's single measurement (with
+# realset5; docs/benchmarks.md, "The back-test belongs to model U"), seen since. New laws, query
+# counts and a new seed offset; every family of the simulator once.
 COV5 = [
     ("neardup/loguniform wide cov5", "neardup", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.04, rho=0.3), 1060),
     ("gaussian/power a1.25 cov5", "gaussian", HardnessLaw("power", 1.25, 1e-12, 1e-1, immune=0.05, rho=0.4), 1180),

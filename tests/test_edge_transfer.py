@@ -53,16 +53,16 @@ def test_data_reads_a_derivative_folder_instead_of_the_committed_one(tmp_path):
 
 
 def test_only_seen_sets_or_a_reserved_held_out_set_run():
-    """cov4 and realset4, measured once by the edge average, are seen now and run; a set reserved for
-    another round (cov5) or spent by another script (cov3) stops with one line, even with
-    ``--held-out`` (these scripts have no reserved set now)."""
+    """cov4 and realset4 (measured once by the edge average) and cov5 and realset5 (once by
+    edge_backtest_union.py) are seen now and run; a set spent by another script (cov2, cov3) stops
+    with one line, even with ``--held-out`` (these scripts have no reserved set now)."""
     import pytest
     t = _load()
-    for name in ("cov4", "realset4", "realset", "design"):
+    for name in ("cov4", "cov5", "realset4", "realset5", "realset", "design"):
         t.check_set(name, held_out=False)
     assert t.HELD_OUT_SETS == ()
-    for name in ("cov5", "cov3", "nonesuch"):
+    for name in ("cov3", "cov2", "nonesuch"):
         with pytest.raises(SystemExit, match="none is reserved"):
             t.check_set(name, held_out=True)
-    with pytest.raises(SystemExit, match="--set cov5"):
-        t.main(["--set", "cov5", "--held-out"])
+    with pytest.raises(SystemExit, match="--set cov3"):
+        t.main(["--set", "cov3", "--held-out"])
