@@ -129,33 +129,45 @@ def summary(rows: list) -> str:
     return "\n".join(out)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str) -> list:
+    """The command line of a per-cell candidate script (this one, ``edge_backtest_union.py``):
+    ``--set`` (guarded by ``check(set, held_out)``), ``--fractions``, ``--cache``, ``--held-out``,
+    ``--json``; one table line per cell (``line(row)``) as it is computed, then ``summary_of(rows)``."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--set", dest="which", required=True)
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="the accuracy table's cache (shared with it)")
-    ap.add_argument("--held-out", action="store_true",
-                    help="allow the sets in edge_transfer.HELD_OUT_SETS: the single measurement written down before it")
+    ap.add_argument("--held-out", action="store_true", help=held_out_help)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    check_set(a.which, a.held_out)
+    check(a.which, a.held_out)
     fractions = [float(x) for x in a.fractions.split(",")]
     # the fits' lineage goes where the accuracy table's goes (its cache), not into the working folder
     os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + str(Path(a.cache) / "mlruns.db"))
     rows = []
-    print("| set | cell | S/N | truth | U | average | C | band ratios | U covers | union covers | |own - query| |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
     for d in draws_of(a.which, fractions):
-        r = cell(d, Path(a.cache))
+        r = cell_of(d, Path(a.cache))
         rows.append(r)
-        print(f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err_U']:+.4f} | "
-              f"{r['err_average']:+.4f} | {r['err_C']:+.4f} | {' / '.join(f'{x:.2f}' for x in r['band_ratios'])} | "
-              f"{'yes' if r['covered_U'] else 'no'} | {'yes' if r['covered_union'] else 'no'} | {r['u_check']:.1e} |",
-              flush=True)
+        print(line(r), flush=True)
         if a.json:
             Path(a.json).write_text(json.dumps(rows, indent=1))
     print()
-    print(summary(rows))
+    print(summary_of(rows))
+    return rows
+
+
+def main(argv=None):
+    run_cells(argv, description=__doc__.split("\n")[0], check=check_set, cell_of=cell,
+              header="| set | cell | S/N | truth | U | average | C | band ratios | U covers | union covers | |own - query| |",
+              line=lambda r: (f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err_U']:+.4f} | "
+                              f"{r['err_average']:+.4f} | {r['err_C']:+.4f} | "
+                              f"{' / '.join(f'{x:.2f}' for x in r['band_ratios'])} | "
+                              f"{'yes' if r['covered_U'] else 'no'} | {'yes' if r['covered_union'] else 'no'} | "
+                              f"{r['u_check']:.1e} |"),
+              summary_of=summary,
+              held_out_help="allow the sets in edge_transfer.HELD_OUT_SETS: the single measurement written down before it")
 
 
 if __name__ == "__main__":

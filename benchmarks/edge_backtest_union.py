@@ -32,9 +32,6 @@ Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_backtest_union.py --set des
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -42,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import accuracy_table as T  # noqa: E402
-from edge_average import DEFAULT_CACHE, held_out_sim_draws  # noqa: E402
+from edge_average import run_cells  # noqa: E402
 from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
 
 METHOD = "evt-eb"
@@ -58,14 +55,6 @@ def check_set(which: str, held_out: bool) -> None:
     if which not in seen and not (held_out and which in HELD_OUT_SETS):
         raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
                          "with --held-out, by the round that wrote down its rule (none is reserved now)")
-
-
-def draws_of(name: str, fractions) -> list:
-    if name.startswith("realset"):
-        return T.real_draws(name, fractions, None)
-    if name in (*SEEN_HELD_OUT, *HELD_OUT_SETS):
-        return held_out_sim_draws(name, fractions)
-    return T.sim_draws(name, fractions, 1)
 
 
 def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) -> dict:
@@ -122,31 +111,14 @@ def summary(rows: list) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--set", dest="which", required=True)
-    ap.add_argument("--fractions", default="0.01,0.05")
-    ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="the accuracy table's cache (shared with it)")
-    ap.add_argument("--held-out", action="store_true", help="allow a set in HELD_OUT_SETS (none now): the single "
-                                                            "measurement written down before it")
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args(argv)
-    check_set(a.which, a.held_out)
-    fractions = [float(x) for x in a.fractions.split(",")]
-    os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + str(Path(a.cache) / "mlruns.db"))
-    rows = []
-    print("| set | cell | S/N | truth | error | U | C | band | union | U-band | check |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for d in draws_of(a.which, fractions):
-        r = cell(d, Path(a.cache))
-        rows.append(r)
-        print(f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err']:+.4f} | {r['err_U']:+.4f} | "
-              f"{r['err_C']:+.4f} | {r['band'][0]:+.4f}..{r['band'][1]:+.4f} | "
-              f"{'yes' if r['covered_union'] else 'no'} {r['width_union']:.4f} | "
-              f"{'yes' if r['covered_u_band'] else 'no'} {r['width_u_band']:.4f} | {r['check']:.1e} |", flush=True)
-        if a.json:
-            Path(a.json).write_text(json.dumps(rows, indent=1))
-    print()
-    print(summary(rows))
+    run_cells(argv, description=__doc__.split("\n")[0], check=check_set, cell_of=cell,
+              header="| set | cell | S/N | truth | error | U | C | band | union | U-band | check |",
+              line=lambda r: (f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err']:+.4f} | "
+                              f"{r['err_U']:+.4f} | {r['err_C']:+.4f} | {r['band'][0]:+.4f}..{r['band'][1]:+.4f} | "
+                              f"{'yes' if r['covered_union'] else 'no'} {r['width_union']:.4f} | "
+                              f"{'yes' if r['covered_u_band'] else 'no'} {r['width_u_band']:.4f} | {r['check']:.1e} |"),
+              summary_of=summary,
+              held_out_help="allow a set in HELD_OUT_SETS (none now): the single measurement written down before it")
 
 
 if __name__ == "__main__":
