@@ -70,6 +70,19 @@ def draws_of(name: str, fractions) -> list:
     return T.sim_draws(name, fractions, 1)
 
 
+def shipped_cell(draw, cache: Path):
+    """(answer, estimate, file info, sample file) of one cell through the shipped path (``T.run_cell``: estimate
+    -> register -> query, cached), the estimate read back from the fit the cell stored."""
+    from rscale.store.hardness_file import read_hardness
+    res = T.run_cell(draw, METHOD, str(cache))
+    if "failed" in res or res.get("lo") is None:
+        raise RuntimeError(f"{draw.label}: the shipped path failed: {res.get('failed')}")
+    sample, _ = T.cached_sample(draw, cache)
+    fit = T._valid_fit(cache, sample, METHOD)
+    est, info = read_hardness(Path(fit["dir"]) / fit["file"])
+    return res, est, info, sample
+
+
 def cell(draw, cache: Path) -> dict:
     """One cell (module docstring). Since the rule is built (rscale estimate stores the edge factor
     and the query averages), the query answers the average: then ``U``'s value is the script's own,
@@ -77,14 +90,8 @@ def cell(draw, cache: Path) -> dict:
     one measured (U's interval joined with itself moved by C - U, clipped to [0, 1]; the query's own
     interval has moved only U by the back-test band since 2026-12-07, docs/benchmarks.md "The
     back-test belongs to model U"), and ``check`` compares the average with the query's answer."""
-    from rscale.store.hardness_file import read_hardness
     from rscale.store.sample_stats_file import read_sample_stats
-    res = T.run_cell(draw, METHOD, str(cache))
-    if "failed" in res or res.get("lo") is None:
-        raise RuntimeError(f"{draw.label}: the shipped path failed: {res.get('failed')}")
-    sample, _ = T.cached_sample(draw, cache)
-    fit = T._valid_fit(cache, sample, METHOD)
-    est, info = read_hardness(Path(fit["dir"]) / fit["file"])
+    res, est, info, sample = shipped_cell(draw, cache)
     built = est.edge_factor is not None
     if built:
         f, ratios = est.edge_factor, info["edge"]["ratios"]

@@ -39,10 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import accuracy_table as T  # noqa: E402
-from edge_average import run_cells  # noqa: E402
+from edge_average import METHOD, run_cells, shipped_cell  # noqa: E402
 from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
 
-METHOD = "evt-eb"
 # cov5 and realset5 were measured once, with --held-out, by the round that wrote this rule down
 # (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
 HELD_OUT_SETS: tuple = ()
@@ -70,13 +69,7 @@ def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) ->
 def cell(draw, cache: Path) -> dict:
     from rscale.core.interval import _bands, _cell_predictions, _edge_shifts, _t_quantile
     from rscale.core.prediction import gallery_sd
-    from rscale.store.hardness_file import read_hardness
-    res = T.run_cell(draw, METHOD, str(cache))
-    if "failed" in res or res.get("lo") is None:
-        raise RuntimeError(f"{draw.label}: the shipped path failed: {res.get('failed')}")
-    sample, _ = T.cached_sample(draw, cache)
-    fit = T._valid_fit(cache, sample, METHOD)
-    est, info = read_hardness(Path(fit["dir"]) / fit["file"])
+    res, est, info, _ = shipped_cell(draw, cache)
     cells, mode = [("AP", 1000, float(draw.n))], T.query_mode(METHOD)
     pqs, reps, bts = _cell_predictions(est, cells, mode, "benchmark", 0, None, info["backtest"])
     m = reps[0].mean(axis=-1)

@@ -61,6 +61,21 @@ def check_real_set_data(data, man, n_brute=None):
                 j += 1
 
 
+def check_committed_glyph_set(data, build, pool: int = 230_000) -> dict:
+    """A committed glyph set (docs/realset3.md, realset4.md, realset5.md) is its build's: 1,000
+    queries, the pool, the build's packages, under 80 MB, whole and consistent
+    (:func:`check_real_set_data`), no query codepoint in the pool. Returns its manifest."""
+    import json
+    man = json.loads((data / "manifest.json").read_text())
+    assert man["pool"] == pool and man["queries"] == 1000
+    assert man["benchmark"] == getattr(build, "BENCHMARK", man["benchmark"])
+    assert sorted(man["packages"]) == sorted(build.PACKAGES)
+    assert sum(p.stat().st_size for p in data.iterdir()) < 80e6
+    check_real_set_data(data, man, n_brute=100)
+    check_no_query_codepoint_in_pool(data)
+    return man
+
+
 def check_no_query_codepoint_in_pool(data):
     """A glyph set (docs/realset3.md): no pool image is a glyph of a query's codepoint (the query ids
     name it, ``q:U+XXXX:FONT``), in any font."""
