@@ -18,7 +18,8 @@ only; ``C`` keeps its plain interval:
 
 (clipped to [0, 1]). It differs from the union only on the side where C lies
 from U and only when the band reaches that way (C < U and e_hi > 0: a higher lower end; C > U and
-e_lo < 0: a lower upper end); so it is never wider and covers at most what the union covers.
+e_lo < 0: a lower upper end); so it is never wider (up to rounding) and covers at most what the
+union covers.
 
 Per cell, through the shipped path (``benchmarks/accuracy_table.py``'s ``run_cell``: estimate ->
 register -> query, cached), the query's interval and the truth; then from the fit the cell stored,

@@ -196,8 +196,8 @@ def test_one_model_predictions_are_the_law_over_the_draws_as_before():
 
 
 def test_both_interval_kinds_move_out_by_half_the_models_distance():
-    """The interval of the averaged per-query values, without the models' term, widened by
-    |C - U| / 2 on each side: for the benchmark and the population kind alike."""
+    """With no back-test band: the interval of the averaged per-query values, without the models'
+    term, widened by |C - U| / 2 on each side, for the benchmark and the population kind alike."""
     from rscale.core.interval import metric_intervals, predicted_intervals
     from rscale.core.prediction import edge_models_per_query, gallery_sd, replicate_per_query
     est = _two_model_estimate()
@@ -259,3 +259,45 @@ def test_the_back_test_band_moves_model_u_only(kind):
     assert hi[0] == pytest.approx(u + 0.02 + above, abs=1e-12)
     _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), models=np.array([shift]), **kw)
     assert lo[0] == pytest.approx(u - 0.05 - below, abs=1e-12)              # U's band reaches past C
+
+
+@pytest.mark.parametrize("side", ["a", "b", "both"])
+@pytest.mark.parametrize("band", [(0.01, 0.03), (-0.03, -0.01)])
+def test_a_paired_difference_moves_its_u_models_difference_by_the_band(monkeypatch, side, band):
+    """A - B with a back-test band (the difference of the two sides' model-U share errors) and edge
+    models on one side or both: the band moves U_A - U_B, and C_A - C_B keeps its plain interval;
+    a side without edge models is its own U and C. A sign error in the models' difference (A's
+    against B's) moves the wrong end."""
+    from rscale.core import backtest as bt_mod
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import edge_models_per_query, predict_per_query
+    a0, b0 = _two_model_estimate(0, writeable=True), _two_model_estimate(1, writeable=True)
+    b0 = replace(b0, edge_factor=np.where(b0.edge_factor > 1, 2.5, 1.0))
+    a = a0 if side in ("a", "both") else replace(a0, edge_factor=None)
+    b = b0 if side in ("b", "both") else replace(b0, edge_factor=None)
+    cells = [("AP", 1000, 1e6)]
+    e_lo, e_hi = band
+
+    def with_band(ea, eb, e=None):
+        patched = (lambda *args, **kw: None) if e is None else (
+            lambda *args, **kw: bt_mod.BacktestError(at_n=(e[0] + e[1]) / 2, factor=4, error=0.0, shares=4,
+                                                     low=e[0], high=e[1]))
+        monkeypatch.setattr(bt_mod, "difference_error", patched)
+        [(pa, pb, lo, hi, _, _)] = difference_intervals(ea, eb, cells, mode="expected")
+        return pa, pb, lo, hi
+
+    def models(e):                                              # (U, C); one model: both are it
+        m = edge_models_per_query(e, "AP", 1e6, 1000, "expected")
+        if m is None:
+            m = [predict_per_query(e, "AP", 1e6, 1000, "expected")] * 2
+        return [float(m[0].mean()), float(m[1].mean())]
+    (ua, ca), (ub, cb) = models(a), models(b)
+    u_d, c_d = ua - ub, ca - cb
+    assert abs(c_d - u_d) > 1e-3
+    _, _, lo0, hi0 = with_band(a, b)                              # no band: the union of U_d's and C_d's
+    half = (hi0 - lo0 - abs(c_d - u_d)) / 2
+    assert half > 0
+    pa, pb, lo, hi = with_band(a, b, band)
+    assert pa.mean() - pb.mean() == pytest.approx((u_d + c_d) / 2, abs=1e-12)
+    assert lo == pytest.approx(min(u_d - max(e_hi, 0.0), c_d) - half, abs=1e-12)
+    assert hi == pytest.approx(max(u_d - min(e_lo, 0.0), c_d) + half, abs=1e-12)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from benchmark_modules import load_benchmark
 from realset_checks import check_committed_glyph_set
@@ -82,6 +83,11 @@ def test_a_glyph_freetype_cannot_rasterise_is_skipped_and_listed():
     assert skipped["glyphs_unrenderable"] == ["/f/a.ttf U+0042: raster overflow"]
     glyphs.font_family_and_codepoints = lambda path: ("F", [0x41])
     assert "glyphs_unrenderable" not in glyphs.read_corpus([("p", "/f/a.ttf")], renderer=renderer, progress=False)[1]
+
+    def unreadable(path, cp):
+        raise PermissionError(13, "Permission denied", path)
+    with pytest.raises(PermissionError):          # any other OSError stops the build
+        glyphs.read_corpus([("p", "/f/a.ttf")], renderer=unreadable, progress=False)
 
 
 def test_the_committed_set_is_whole_and_consistent():

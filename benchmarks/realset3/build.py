@@ -253,6 +253,8 @@ def read_corpus(fonts, renderer=None, progress=True):
             try:
                 im = renderer(path, cp)
             except OSError as exc:  # FreeType cannot rasterise it ("raster overflow"): recorded, not used
+                if "raster overflow" not in str(exc):
+                    raise                   # a missing or unreadable file stops the build
                 unrenderable.append(f"{path} {codepoint_name(cp)}: {exc}")
                 continue
             if im is None:

@@ -35,9 +35,10 @@ model. The replicates and the back-test's shares are model U's estimates, so the
 U's error and moves U only; C, which is U with the error past the edge taken out, keeps its plain
 interval: lo = min(v_U - max(e_hi, 0), v_C) - half, hi = max(v_U - min(e_lo, 0), v_C) + half.
 (Until 2026-12-07 the band moved both models, which took U's measured optimism off C a second
-time; measured on the held-out `cov5` and `realset5`, docs/benchmarks.md "The back-test belongs
-to model U".) For ``population`` the query bootstrap resamples the averaged per-query values
-around those ends, close to, not exactly, the two models' own population intervals joined. A
+time; this is never wider than that, up to rounding, and was measured on the held-out `cov5` and
+`realset5`, docs/benchmarks.md "The back-test belongs to model U".) For ``population`` the query
+bootstrap resamples the averaged per-query values around those ends, close to, not exactly, the
+two models' own population intervals joined. A
 paired difference pairs the models (A's U with B's U, C with C): its models' difference is
 (v_C - v_U)_A - (v_C - v_U)_B.
 
