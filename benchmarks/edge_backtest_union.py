@@ -7,17 +7,17 @@ the tail model as fitted, and ``C``, the same draws times the complementary halv
 The back-test's shares (halves and quarters) are re-estimates with model ``U``, so its band
 [e_lo, e_hi] is ``U``'s error carried to the user's factor. The benchmark interval shipped until
 2026-12-07 (``rscale.core.interval.metric_intervals``, ``models``; "union" here) moved *both*
-models by that band and joined them: with C below U and the back-test saying U is optimistic (e_hi > 0), its lower end is
-C - e_hi - h (h the replicate and gallery half-width): U's measured optimism taken off a model that
-was made to remove the optimism past the edge, a second time.
+models by that band and joined them: with C below U and the back-test saying U is optimistic
+(e_hi > 0), its lower end is C - e_hi - h (h the replicate and gallery half-width): U's measured
+optimism taken off a model that was made to remove the optimism past the edge, a second time.
 
 The candidate, ``U-band`` (built since the measurement, docs/benchmarks.md): the band moves ``U``
 only; ``C`` keeps its plain interval:
 
     lo = min(U - max(e_hi, 0), C) - h,   hi = max(U - min(e_lo, 0), C) + h
 
-(clipped to [0, 1]). It differs from the union only on the side where C lies
-from U and only when the band reaches that way (C < U and e_hi > 0: a higher lower end; C > U and
+(clipped to [0, 1]). It differs from the union only on the side where C lies from U and only when
+the band reaches that way (C < U and e_hi > 0: a higher lower end; C > U and
 e_lo < 0: a lower upper end); so it is never wider (up to rounding) and covers at most what the
 union covers.
 
@@ -68,16 +68,16 @@ def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) ->
 
 
 def cell(draw, cache: Path) -> dict:
-    from rscale.core.interval import _bands, _cell_predictions, _edge_shifts, _t_quantile
+    from rscale.core.interval import _bands, _cell_predictions, _edge_shifts, metric_intervals
     from rscale.core.prediction import gallery_sd
     res, est, info, _ = shipped_cell(draw, cache)
     cells, mode = [("AP", 1000, float(draw.n))], T.query_mode(METHOD)
     pqs, reps, bts = _cell_predictions(est, cells, mode, "benchmark", 0, None, info["backtest"])
-    m = reps[0].mean(axis=-1)
-    sd = float(np.sqrt(np.mean(((m[0::2] - m[1::2]) / 2.0) ** 2)))
-    half = float(np.hypot(_t_quantile(0.95, m.size // 2) * sd, 1.959963984540054 * gallery_sd(est, "AP", draw.n, 1000)))
+    # h: the shipped interval around the point without band or models, unclipped
+    [v], _, [hi] = metric_intervals(pqs, reps, gallery_sd=np.array([gallery_sd(est, "AP", draw.n, 1000)]),
+                                    bounds=(-np.inf, np.inf))
+    v, half = float(v), float(hi - v)
     shift = _edge_shifts(est, cells, mode, None)[0]
-    v = float(pqs[0].mean())
     u, c = v - shift / 2.0, v + shift / 2.0
     band = _bands(bts)[0]
     iv = intervals(u, c, half, band)

@@ -38,9 +38,8 @@ interval: lo = min(v_U - max(e_hi, 0), v_C) - half, hi = max(v_U - min(e_lo, 0),
 time; this is never wider than that, up to rounding, and was measured on the held-out `cov5` and
 `realset5`, docs/benchmarks.md "The back-test belongs to model U".) For ``population`` the query
 bootstrap resamples the averaged per-query values around those ends, close to, not exactly, the
-two models' own population intervals joined. A
-paired difference pairs the models (A's U with B's U, C with C): its models' difference is
-(v_C - v_U)_A - (v_C - v_U)_B.
+two models' own population intervals joined. A paired difference pairs the models (A's U with B's
+U, C with C): its models' difference is (v_C - v_U)_A - (v_C - v_U)_B.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
