@@ -37,7 +37,7 @@ def check_real_set_data(data, man, n_brute=None):
     assert not set(qrels["positive_id"]) & set(pool["id"]) and len(qrels) == man["positives"]
     kth = truth.top_scores[:, -1]
     for f in man["partition"]["fractions"]:
-        um = man["u_max"]
+        um = man.get("u_max", 1.0)          # the icon sets' manifests have none: the whole pool
         members = [(u >= j * f * um) & (u < (j + 1) * f * um) for j in range(man["partition"]["draws"])]
         assert not np.any(np.sum(members, axis=0) > 1)                 # disjoint
         names = [f"draw-{round(f * 100):02d}pct-{j}" for j in range(len(members))]

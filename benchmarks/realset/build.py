@@ -46,8 +46,11 @@ def instance_key(path: str):
     return theme, context, Path(path).stem
 
 
-def select(files):
-    """The rules of docs/realset.md -> (queries {qid: digest}, qrels [(qid, pos digest)], pool digests)."""
+def select(files, not_query_stems=frozenset()):
+    """The rules of docs/realset.md -> (queries {qid: digest}, qrels [(qid, pos digest)], pool digests).
+
+    ``not_query_stems``: icon file stems that are never a query here (another icon set's queries:
+    docs/realset6.md); their images stay in the pool unless a query here excludes them."""
     ok = files[files["error"] == ""]
     inst: dict = {}
     stems_of: dict = {}
@@ -68,7 +71,8 @@ def select(files):
             continue
         (q,) = by_w[QUERY_WIDTH]
         pos = sorted({d for w, ds in by_w.items() if w != QUERY_WIDTH and lo <= w <= hi for d in ds} - {q})
-        if not pos or key[2] in used_stems or q in used or used.intersection(pos):
+        if (not pos or key[2] in used_stems or key[2] in not_query_stems or q in used
+                or used.intersection(pos)):
             continue
         qid = "q:" + "/".join(key)
         queries[qid] = q
@@ -79,7 +83,9 @@ def select(files):
     return queries, qrels, pool
 
 
-def main(argv=None):
+def main(argv=None, benchmark=BENCHMARK, not_query_stems=frozenset()):
+    """Build the set from WORK into OUT (another icon set passes its own name and excluded query
+    stems: benchmarks/realset6/build.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
@@ -100,13 +106,13 @@ def main(argv=None):
         z = np.load(p)
         for d, v in zip(z["digests"], z["vectors"]):
             vec.setdefault(str(d), v)
-    queries, qrels, pool = select(files)
+    queries, qrels, pool = select(files, not_query_stems)
     pool_ids = np.asarray([image_id(d) for d in pool])
     u = hash_uniform(pool_ids, PARTITION_SEED)
 
     sets = work / "sets"
     shutil.rmtree(sets, ignore_errors=True)
-    meta = {"backbone": BACKBONE, "pooling": "pooled", "resolution": 96, "source": BENCHMARK}
+    meta = {"backbone": BACKBONE, "pooling": "pooled", "resolution": 96, "source": benchmark}
     qids = list(queries)
     write_descriptor_set(sets / "queries", [(np.asarray(qids), np.stack([vec[queries[q]] for q in qids]))],
                          role="queries", dtype="float32", meta=meta)
@@ -122,7 +128,7 @@ def main(argv=None):
 
     def run(name, mask, k):
         return score_draw(sets, out, name, pool_ids[mask], np.stack([vec[d] for d in np.asarray(pool)[mask]]), k=k,
-                          meta=meta, benchmark=BENCHMARK)
+                          meta=meta, benchmark=benchmark)
 
     sizes = score_draws(run, u)
     pq.write_table(qrels_t, out / "qrels.parquet", compression="zstd")
@@ -132,7 +138,7 @@ def main(argv=None):
     from rscale.core.metrics import ap_at_k_from_counts
     truth = read_sample_stats(out / "truth.sample_stats.parquet")
     manifest = {
-        "format": "rscale-realset", "version": 1, "benchmark": BENCHMARK, "backbone": BACKBONE,
+        "format": "rscale-realset", "version": 1, "benchmark": benchmark, "backbone": BACKBONE,
         "packages": embed_meta[0]["versions"], "weights_sha256": embed_meta[0]["weights"],
         "resolution": embed_meta[0]["resolution"],
         "corpus": {"files": int(len(files)), "unreadable": int((files["error"] != "").sum()),

@@ -33,10 +33,10 @@ RESOLUTION = 96
 BATCH = 64
 
 
-def list_files() -> list[tuple[str, str, str]]:
+def list_files(packages=PACKAGES) -> list[tuple[str, str, str]]:
     """(package, listed path, real path) of every PNG, each real file once, sorted by listed path."""
     seen, rows = set(), []
-    for p in PACKAGES:
+    for p in packages:
         listed = subprocess.run(["dpkg", "-L", p], capture_output=True, text=True, check=True).stdout.split("\n")
         for f in sorted(x for x in listed if x.endswith(".png")):
             if not os.path.isfile(f):
@@ -70,7 +70,9 @@ def on_white_square(im):
     return canvas.convert("RGB")
 
 
-def main(argv=None):
+def main(argv=None, packages=PACKAGES, doc="docs/realset.md"):
+    """Embed part --part of --parts of ``packages``' PNG files (another icon set passes its own
+    packages and design document: benchmarks/realset6/build.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     ap.add_argument("--part", type=int, default=0)
@@ -87,8 +89,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    versions = package_versions(PACKAGES, "docs/realset.md")
-    files = list_files()[a.part::a.parts]
+    versions = package_versions(packages, doc)
+    files = list_files(packages)[a.part::a.parts]
     if a.limit:
         files = files[:a.limit]
     conv = convert_mobilenet_v2(work / "mobilenet_v2")

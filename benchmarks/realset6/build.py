@@ -1,0 +1,56 @@
+"""The sixth real-embedding validation set (docs/realset6.md): icons of five other icon themes.
+
+The icon set of docs/realset.md built from another corpus (the Moka, Faba, Faenza, Yaru,
+nuoveXT2 and GNOME-Colors themes' PNG files), by the same rules and the same code
+(``benchmarks/realset/embed.py`` and ``build.py``, loaded by file), with one rule added: no icon
+file stem that is a query of ``realset`` is a query here. Held out: nothing is measured on it
+until the round that uses it has written down its rule (docs/realset6.md).
+
+Run (docs/realset6.md, "Rebuilding"):
+  PYTHONPATH=src .venv/bin/python benchmarks/realset6/build.py embed --work /tmp/realset6 --part 0 --parts 2 &
+  PYTHONPATH=src .venv/bin/python benchmarks/realset6/build.py embed --work /tmp/realset6 --part 1 --parts 2
+  PYTHONPATH=src .venv/bin/python benchmarks/realset6/build.py score --work /tmp/realset6 --out benchmarks/realset6/data
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ICON_SET = HERE.parent / "realset"
+PACKAGES = ["moka-icon-theme", "faba-icon-theme", "faenza-icon-theme", "yaru-theme-icon", "lxde-icon-theme",
+            "gnome-colors-common"]
+BENCHMARK = "realset6-icons"
+
+
+def icon_build(name: str):
+    """benchmarks/realset/``name``.py (the icon sets' one embedding and build)."""
+    if str(ICON_SET) not in sys.path:
+        sys.path.insert(0, str(ICON_SET))          # they import protocol.py by name
+    spec = importlib.util.spec_from_file_location(f"realset_{name}", ICON_SET / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def realset_query_stems(root: Path = HERE.parent) -> frozenset[str]:
+    """The icon file stems of realset's queries, from its committed qrels (a query id is
+    ``q:THEME/CONTEXT/STEM``)."""
+    import pyarrow.parquet as pq
+    qids = pq.read_table(root / "realset" / "data" / "qrels.parquet", columns=["query_id"])["query_id"].to_pylist()
+    return frozenset(q.rsplit("/", 1)[1] for q in qids)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("embed", "score"):
+        sys.exit("usage: build.py embed --work DIR [--part I --parts N] | score --work DIR --out DIR")
+    if argv[0] == "embed":
+        return icon_build("embed").main(argv[1:], packages=PACKAGES, doc="docs/realset6.md")
+    return icon_build("build").main(argv[1:], benchmark=BENCHMARK, not_query_stems=realset_query_stems())
+
+
+if __name__ == "__main__":
+    main()
