@@ -52,6 +52,8 @@ def check_set(which: str, held_out: bool) -> None:
 def draws_of(name: str, fractions) -> list:
     if name in HELD_OUT_REAL:
         return T.real_draws(name, fractions, None)
+    if name in HELD_OUT_SETS:
+        return edge_average.held_out_sim_draws(name, fractions)
     return edge_average.draws_of(name, fractions)
 
 
