@@ -85,11 +85,12 @@ def shipped_cell(draw, cache: Path):
 
 def cell(draw, cache: Path) -> dict:
     """One cell (module docstring). Since the rule is built (rscale estimate stores the edge factor
-    and the query averages), the query answers the average: then ``U``'s value is the script's own,
+    and the query places its point between the models: the average until the back-test weighted it,
+    2026-12-07), the query answers that point: then ``U``'s value is the script's own,
     its interval the shipped interval of the fit without its factor (model U alone), the union the
     one measured (U's interval joined with itself moved by C - U, clipped to [0, 1]; the query's own
     interval has moved only U by the back-test band since 2026-12-07, docs/benchmarks.md "The
-    back-test belongs to model U"), and ``check`` compares the average with the query's answer."""
+    back-test belongs to model U"), and ``check`` compares the shipped point with the query's answer."""
     from rscale.store.sample_stats_file import read_sample_stats
     res, est, info, sample = shipped_cell(draw, cache)
     built = est.edge_factor is not None
@@ -102,11 +103,15 @@ def cell(draw, cache: Path) -> dict:
     c = mean_ap(draws * f[None], est.offsets, draw.n, "expected")
     shift = c - u
     v, lo, hi, t = res["value"], res["lo"], res["hi"], res["truth"]
-    if built:                                   # the query gave the average
+    if built:                                   # the query gave the point between the models
         from dataclasses import replace
 
-        from rscale.core.interval import predicted_intervals
-        check = abs((u + c) / 2 - v)
+        from rscale.core.interval import _bands, _cell_predictions, predicted_intervals
+        from rscale.core.prediction import edge_weight
+        [band] = _bands(_cell_predictions(est, [("AP", 1000, float(draw.n))], T.query_mode(METHOD), "benchmark", 0,
+                                          None, info["backtest"])[2])
+        w = edge_weight(u, c, band)             # 1/2 (the average) until 2026-12-07 (docs/benchmarks.md)
+        check = abs((1 - w) * u + w * c - v)
         [(_, lo, hi, _)] = predicted_intervals(replace(est, edge_factor=None), [("AP", 1000, float(draw.n))],
                                                mode=T.query_mode(METHOD), backtest=info["backtest"])
         lo2, hi2 = max(0.0, min(lo, lo + shift)), min(1.0, max(hi, hi + shift))

@@ -68,7 +68,7 @@ def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) ->
 
 
 def cell(draw, cache: Path) -> dict:
-    from rscale.core.interval import _bands, _cell_predictions, _edge_shifts, metric_intervals
+    from rscale.core.interval import _bands, _cell_predictions, _edge_values, metric_intervals
     from rscale.core.prediction import gallery_sd
     res, est, info, _ = shipped_cell(draw, cache)
     cells, mode = [("AP", 1000, float(draw.n))], T.query_mode(METHOD)
@@ -77,8 +77,7 @@ def cell(draw, cache: Path) -> dict:
     [v], _, [hi] = metric_intervals(pqs, reps, gallery_sd=np.array([gallery_sd(est, "AP", draw.n, 1000)]),
                                     bounds=(-np.inf, np.inf))
     v, half = float(v), float(hi - v)
-    shift = _edge_shifts(est, cells, mode, None)[0]
-    u, c = v - shift / 2.0, v + shift / 2.0
+    u, c = (float(x) for x in _edge_values(est, cells, mode, None)[0])
     band = _bands(bts)[0]
     iv = intervals(u, c, half, band)
     t = res["truth"]

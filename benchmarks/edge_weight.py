@@ -1,13 +1,14 @@
 """Where between the two edge models the point belongs, read off the back-test (issue 14;
 docs/benchmarks.md, "The back-test places the point between the edge models"); a benchmark of a
-candidate rule, nothing of it is in ``src/``.
+candidate rule, built since its measurement (``rscale.core.prediction.edge_weight``).
 
 evt-eb's estimate carries two models past the sample's edge (``rscale.core.edge_models``): ``U``,
 the tail model as fitted, and ``C``, the same draws times the complementary halves' band ratios.
 The shipped point is their average (weight 1/2 each: "the sample holds no evidence between them").
 The back-test is that evidence: its band [e_lo, e_hi] is model U's error at the user's own factor
 (its shares are model-U re-estimates, section "The back-test belongs to model U"). The candidate,
-``weighted``, takes U corrected by the band's centre and keeps it between the two models:
+``weighted`` (shipped since 2026-12-07), takes U corrected by the band's centre and keeps it
+between the two models:
 
     v = clip(U - (e_lo + e_hi) / 2,  min(U, C),  max(U, C))
 
@@ -16,10 +17,12 @@ every point between U and C.
 
 Per cell, through the shipped path (``benchmarks/accuracy_table.py``'s ``run_cell``: estimate ->
 register -> query, cached), the models, the band and the truth (``edge_backtest_union.cell``, whose
-``check`` compares its rebuilt interval with the query's, 0 up to rounding), and both points.
+``check`` compares its rebuilt interval with the query's, 0 up to rounding), and both points;
+``point_check``: the candidate against the query's point (0 up to rounding since the build; the
+average's distance to it before).
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_weight.py --set design [--fractions 0.01,0.05] [--json rows.json]
-     held out, once, by the round that wrote its rule down: --held-out --set cov6 / --set realset6
+     (cov6 and realset6 were measured once with --held-out, 2026-12-07; seen since)
 """
 
 from __future__ import annotations
@@ -30,14 +33,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import accuracy_table as T  # noqa: E402
 import edge_average  # noqa: E402
 import edge_backtest_union  # noqa: E402
 from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
 
-# reserved for this script's single measurement, written down in docs/benchmarks.md first
-HELD_OUT_SETS = ("cov6", "realset6")
-HELD_OUT_REAL = ("realset6",)
+# cov6 and realset6 were measured once, with --held-out, by the round that wrote this rule down
+# (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
+HELD_OUT_SETS: tuple = ()
 
 
 def check_set(which: str, held_out: bool) -> None:
@@ -45,16 +47,8 @@ def check_set(which: str, held_out: bool) -> None:
     from bias_by_depth import DESIGN_SETS
     seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
     if which not in seen and not (held_out and which in HELD_OUT_SETS):
-        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); {' and '.join(HELD_OUT_SETS)} are "
-                         "measured once, with --held-out, by the round that wrote down this rule")
-
-
-def draws_of(name: str, fractions) -> list:
-    if name in HELD_OUT_REAL:
-        return T.real_draws(name, fractions, None)
-    if name in HELD_OUT_SETS:
-        return edge_average.held_out_sim_draws(name, fractions)
-    return edge_average.draws_of(name, fractions)
+        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
+                         "with --held-out, by the round that wrote down its rule (none is reserved now)")
 
 
 def weighted(u: float, c: float, band) -> tuple[float, float]:
@@ -71,11 +65,12 @@ def cell(draw, cache: Path) -> dict:
     v, w = weighted(u, c, r["band"])
     lo, hi = r["lo_u_band"], r["hi_u_band"]
     return {**r, "err_average": (u + c) / 2.0 - r["truth"], "err_weighted": v - r["truth"], "weight_C": w,
+            "point_check": abs(v - r["value"]),
             "weighted_inside": bool(lo - 1e-12 <= v <= hi + 1e-12)}
 
 
 def summary(rows: list) -> str:
-    out = ["| set | S/N | cells | MAE U | MAE C | MAE average (shipped) | MAE weighted | mean weight on C | "
+    out = ["| set | S/N | cells | MAE U | MAE C | MAE average (shipped until 2026-12-07) | MAE weighted (shipped since) | mean weight on C | "
            "interval covers | width |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in sorted({r["set"] for r in rows}):
         fr = sorted({r["fraction"] for r in rows if r["set"] == s})
@@ -93,14 +88,14 @@ def summary(rows: list) -> str:
 
 def main(argv=None):
     edge_average.run_cells(
-        argv, description=__doc__.split("\n")[0], check=check_set, cell_of=cell, draws=draws_of,
-        header="| set | cell | S/N | truth | U | C | band | average | weighted | weight on C | inside | check |",
+        argv, description=__doc__.split("\n")[0], check=check_set, cell_of=cell,
+        header="| set | cell | S/N | truth | U | C | band | average | weighted | weight on C | inside | check interval / point |",
         line=lambda r: (f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | {r['err_U']:+.4f} | "
                         f"{r['err_C']:+.4f} | {r['band'][0]:+.4f}..{r['band'][1]:+.4f} | {r['err_average']:+.4f} | "
                         f"{r['err_weighted']:+.4f} | {r['weight_C']:.2f} | {'yes' if r['weighted_inside'] else 'NO'} | "
-                        f"{r['check']:.1e} |"),
+                        f"{r['check']:.1e} / {r['point_check']:.1e} |"),
         summary_of=summary,
-        held_out_help="allow cov6 and realset6: the single measurement written down before it")
+        held_out_help="allow a set in HELD_OUT_SETS (none now): the single measurement written down before it")
 
 
 if __name__ == "__main__":

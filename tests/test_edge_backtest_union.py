@@ -23,7 +23,7 @@ def test_the_u_band_rule_is_what_metric_intervals_ships(u, c, band):
     point += (u + c) / 2 - point.mean()
     reps = point[:, None, :] + rng.normal(0, 0.01, (1, 16, 1))
     v, lo, hi = metric_intervals(point, reps, backtest=None if band is None else np.array([band]),
-                                 models=np.array([c - u]))
+                                 models=np.array([[u, c]]))
     m = reps.mean(axis=2)[0].reshape(-1, 2)
     from rscale.core.interval import _t_quantile
     half = _t_quantile(0.95, 8) * np.sqrt(np.mean(((m[:, 0] - m[:, 1]) / 2) ** 2))

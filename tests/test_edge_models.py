@@ -171,10 +171,11 @@ def _two_model_estimate(seed=0, writeable=False):
 
 
 @pytest.mark.parametrize("mode", [None, "plugin", "expected"])
-def test_a_cached_two_model_estimate_answers_each_model_and_their_mean(mode):
-    """A read-only estimate keeps its per-query values: U, C and the average each equal what a
-    one-model estimate of U or of C answers, and a repeat returns the kept array."""
-    from rscale.core.prediction import edge_models_per_query, predict_per_query
+def test_a_cached_two_model_estimate_answers_each_model_and_the_point_between_them(mode):
+    """A read-only estimate keeps its per-query values: U and C each equal what a one-model
+    estimate of U or of C answers (a repeat returns the kept array); the point is their mean
+    without a band and (1 - w) U + w C with one, w the band's weight."""
+    from rscale.core.prediction import edge_models_per_query, edge_weight, predict_per_query
     est = _two_model_estimate()
     one = replace(est, edge_factor=None)
     other = replace(est, edge_factor=None, draws=est.draws * est.edge_factor[:, None], x=est.x * est.edge_factor)
@@ -182,9 +183,33 @@ def test_a_cached_two_model_estimate_answers_each_model_and_their_mean(mode):
         u, c = edge_models_per_query(est, metric, n, k, mode)
         np.testing.assert_array_equal(u, predict_per_query(one, metric, n, k, mode))
         np.testing.assert_allclose(c, predict_per_query(other, metric, n, k, mode), rtol=0, atol=1e-15)
-        v = predict_per_query(est, metric, n, k, mode)
-        np.testing.assert_allclose(v, (u + c) / 2, rtol=0, atol=1e-15)
-        assert predict_per_query(est, metric, n, k, mode) is v and not np.array_equal(u, c)
+        assert edge_models_per_query(est, metric, n, k, mode)[0] is u and not np.array_equal(u, c)
+        np.testing.assert_array_equal(predict_per_query(est, metric, n, k, mode), (u + c) / 2)
+        gap = float(c.mean() - u.mean())
+        for band, w in (((-0.25 * gap, -0.25 * gap), 0.25), ((-2 * gap, -gap), 1.0), ((gap, 2 * gap), 0.0),
+                        ((np.nan, np.nan), 0.5)):
+            assert edge_weight(float(u.mean()), float(c.mean()), band) == pytest.approx(w, abs=1e-12)
+            np.testing.assert_allclose(predict_per_query(est, metric, n, k, mode, band=band), (1 - w) * u + w * c,
+                                       rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(predict_per_query(one, metric, n, k, mode, band=(0.1, 0.2)),
+                                      predict_per_query(one, metric, n, k, mode))   # one model: no weight
+
+
+@pytest.mark.parametrize("u, c, band, want", [
+    (0.50, 0.48, (0.01, 0.03), 0.48),        # U optimistic by 0.02 (the band's centre), C 0.02 below: C
+    (0.50, 0.48, (0.04, 0.08), 0.48),        # by more than the distance: still C, never past it
+    (0.50, 0.48, (0.00, 0.01), 0.495),       # by 0.005: a quarter of the way
+    (0.50, 0.48, (-0.02, 0.00), 0.50),       # U pessimistic, C below: U
+    (0.50, 0.53, (-0.03, -0.01), 0.52),      # C above, U pessimistic by 0.02: two thirds of the way
+    (0.50, 0.53, (0.01, 0.02), 0.50),        # C above, U optimistic: U
+    (0.50, 0.48, None, 0.49),                # no band: the mean
+    (0.50, 0.50, (0.01, 0.03), 0.50),        # the models agree
+])
+def test_the_point_is_u_corrected_by_the_bands_centre_kept_between_the_models(u, c, band, want):
+    from rscale.core.prediction import edge_weight
+    w = edge_weight(u, c, band)
+    assert 0.0 <= w <= 1.0
+    assert (1 - w) * u + w * c == pytest.approx(want, abs=1e-12)
 
 
 def test_one_model_predictions_are_the_law_over_the_draws_as_before():
@@ -251,13 +276,13 @@ def test_the_back_test_band_moves_model_u_only(kind):
     kw = dict(ci_kind=kind, bootstrap=300)
     _, lo0, hi0 = metric_intervals(point, reps, **kw)  # around v, no band, no models: v -+ the half-widths
     below, above = v - lo0[0], hi0[0] - v
-    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.02]]), models=np.array([shift]), **kw)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.02]]), models=np.array([[u, c]]), **kw)
     assert lo[0] == pytest.approx(min(u - 0.02, c) - below, abs=1e-12)     # C - half: not C - 0.02 - half
     assert hi[0] == pytest.approx(max(u, c) + above, abs=1e-12)
-    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[-0.02, -0.01]]), models=np.array([shift]), **kw)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[-0.02, -0.01]]), models=np.array([[u, c]]), **kw)
     assert lo[0] == pytest.approx(c - below, abs=1e-12)                      # away from C: the union
     assert hi[0] == pytest.approx(u + 0.02 + above, abs=1e-12)
-    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), models=np.array([shift]), **kw)
+    _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), models=np.array([[u, c]]), **kw)
     assert lo[0] == pytest.approx(u - 0.05 - below, abs=1e-12)              # U's band reaches past C
 
 
@@ -301,3 +326,57 @@ def test_a_paired_difference_moves_its_u_models_difference_by_the_band(monkeypat
     assert pa.mean() - pb.mean() == pytest.approx((u_d + c_d) / 2, abs=1e-12)
     assert lo == pytest.approx(min(u_d - max(e_hi, 0.0), c_d) - half, abs=1e-12)
     assert hi == pytest.approx(max(u_d - min(e_lo, 0.0), c_d) + half, abs=1e-12)
+
+
+def _band_error(low, high):
+    from rscale.core import backtest as bt_mod
+    return bt_mod.BacktestError(at_n=(low + high) / 2, factor=4, error=0.0, shares=4, low=low, high=high)
+
+
+@pytest.mark.parametrize("kind", ["benchmark", "population"])
+@pytest.mark.parametrize("reach", [0.25, 1.5, -1.0])
+def test_every_commands_point_is_placed_by_its_cells_back_test_band(monkeypatch, kind, reach):
+    """predicted_intervals (query, predict, curve, report) answers (1 - w) U + w C per query, w from
+    the cell's own band (its centre ``reach`` times C - U away from U, taken as U's error), inside
+    the interval, which is U-band's hull of U moved by the band and C."""
+    from rscale.core import backtest as bt_mod
+    from rscale.core.interval import metric_intervals, predicted_intervals
+    from rscale.core.prediction import edge_models_per_query, gallery_sd, replicate_per_query
+    est = _two_model_estimate()
+    u, c = edge_models_per_query(est, "AP", 1e6, 1000)
+    gap = float(c.mean() - u.mean())
+    assert abs(gap) > 1e-3
+    e = (-reach * gap - 0.002, -reach * gap + 0.002)             # U's error: U - truth; centre -reach * gap
+    monkeypatch.setattr(bt_mod, "backtest_error", lambda *a, **kw: _band_error(*e))
+    [(pq, lo, hi, bt)] = predicted_intervals(est, [("AP", 1000, 1e6)], ci_kind=kind, bootstrap=200, mode="expected")
+    w = min(max(reach, 0.0), 1.0)
+    np.testing.assert_allclose(pq, (1 - w) * u + w * c, rtol=0, atol=1e-15)
+    assert bt.low == e[0] and lo <= pq.mean() <= hi
+    reps = replicate_per_query(est, "AP", 1e6, 1000)[None]
+    _, lo0, hi0 = metric_intervals(pq[None], reps, ci_kind=kind, bootstrap=200, backtest=np.array([e]),
+                                   gallery_sd=np.array([gallery_sd(est, "AP", 1e6, 1000)]),
+                                   models=np.array([[u.mean(), c.mean()]]))
+    assert (lo, hi) == pytest.approx((lo0[0], hi0[0]), abs=1e-12)
+
+
+def test_a_paired_differences_point_is_each_sides_own_point_and_lies_in_its_interval(monkeypatch):
+    """A - B: each side's point is placed by its own band (A's says U_A is optimistic past C_A: A's
+    point is C_A; B's says nothing about U_B's error being toward C_B: B's point is U_B), the
+    difference is their difference, and the interval holds it even where it lies outside
+    [U_A - U_B, C_A - C_B]."""
+    from rscale.core import backtest as bt_mod
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import edge_models_per_query
+    a, b = _two_model_estimate(0, writeable=True), _two_model_estimate(1, writeable=True)
+    (ua, ca), (ub, cb) = (edge_models_per_query(e, "AP", 1e6, 1000, "expected") for e in (a, b))
+    ga, gb = float(ca.mean() - ua.mean()), float(cb.mean() - ub.mean())
+    bands = {id(a): (-2 * ga, -2 * ga), id(b): (gb, gb)}
+    monkeypatch.setattr(bt_mod, "backtest_error", lambda est, *args, **kw: _band_error(*bands[id(est)]))
+    monkeypatch.setattr(bt_mod, "difference_error", lambda *args, **kw: None)
+    [(pa, pb, lo, hi, ba, bb)] = difference_intervals(a, b, [("AP", 1000, 1e6)], mode="expected")
+    np.testing.assert_allclose(pa, ca, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(pb, ub, rtol=0, atol=1e-15)
+    d = float(pa.mean() - pb.mean())
+    assert lo <= d <= hi
+    assert lo <= min(ua.mean() - ub.mean(), ca.mean() - cb.mean()) and hi >= max(ua.mean() - ub.mean(),
+                                                                                 ca.mean() - cb.mean())

@@ -158,7 +158,7 @@ def test_descriptor_set_v1_manifest_and_shards(tmp_path):
         check_recipe(GOLDEN / "descriptors_v1", {**recipe, "pooling": "mean"})
 
 
-def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_edge_models():
+def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_edge_models_without_a_band():
     """Version 5: the second edge model's factor and what made it (rscale.edge); the prediction is
     the mean of the model without it and the model with every draw times it, and the benchmark
     interval the one without (the back-test band is its error) joined with the other model's plain

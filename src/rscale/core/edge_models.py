@@ -1,5 +1,5 @@
-"""Two models of the hardness past the sample's edge, averaged (pure numpy; issue 14,
-docs/benchmarks.md "Two edge models, averaged").
+"""Two models of the hardness past the sample's edge (pure numpy; issue 14, docs/benchmarks.md
+"Two edge models, averaged" and "The back-test places the point between the edge models").
 
 A positive the sample counts no distractor above has its hardness from the estimator's tail model
 alone. Two models of it fit a sample equally well:
@@ -16,9 +16,11 @@ The halves identify that mean error, and the full pool confirms it on every real
 they do not identify how widely the true hardness is spread at one model depth, which decides
 whether correcting the mean helps a metric (it does where the spread is moderate, three real sets
 of four and most simulator families; it does not on a set of icons or below near-duplicate
-clusters). So each model gets weight 1/2: a prediction is the mean of the two models' predictions,
-and its interval holds both (:func:`rscale.core.interval.metric_intervals`, ``models``). Decided on
-design data and measured once on held-out sets before it was built (docs/benchmarks.md).
+clusters). So the estimate carries both; the back-test, which measures U's error at each cell's
+own extrapolation factor, places the prediction between them
+(:func:`rscale.core.prediction.edge_weight`; their mean where a cell has no back-test), and the
+interval holds both (:func:`rscale.core.interval.metric_intervals`, ``models``). Each step was
+decided on design data and measured once on held-out sets before it was built (docs/benchmarks.md).
 
 :func:`edge_factor` is what an estimate stores: per positive, the factor of ``C`` on its hardness
 (1 for every positive the sample counts, or outside the bands).

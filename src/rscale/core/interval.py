@@ -30,16 +30,20 @@ back-test correction of the point measured worse on the simulator). A band of on
 (``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
 An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
-predicts v = (v_U + v_C) / 2 (``models``: v_C - v_U), and its interval joins the one around each
-model. The replicates and the back-test's shares are model U's estimates, so the back-test band is
-U's error and moves U only; C, which is U with the error past the edge taken out, keeps its plain
-interval: lo = min(v_U - max(e_hi, 0), v_C) - half, hi = max(v_U - min(e_lo, 0), v_C) + half.
-(Until 2026-12-07 the band moved both models, which took U's measured optimism off C a second
-time; this is never wider than that, up to rounding, and was measured on the held-out `cov5` and
-`realset5`, docs/benchmarks.md "The back-test belongs to model U".) For ``population`` the query
-bootstrap resamples the averaged per-query values around those ends, close to, not exactly, the
-two models' own population intervals joined. A paired difference pairs the models (A's U with B's
-U, C with C): its models' difference is (v_C - v_U)_A - (v_C - v_U)_B.
+predicts a v between v_U and v_C, placed by the cell's back-test band
+(:func:`rscale.core.prediction.edge_weight`; ``models``: (v_U, v_C)), and its interval joins the
+one around each model. The replicates and the back-test's shares are model U's estimates, so the
+back-test band is U's error and moves U only; C, which is U with the error past the edge taken
+out, keeps its plain interval: lo = min(v_U - max(e_hi, 0), v_C, v) - half,
+hi = max(v_U - min(e_lo, 0), v_C, v) + half (v lies between the models, so it adds nothing
+there; it keeps a paired difference's point inside its interval). (Until 2026-12-07 the band moved
+both models, which took U's measured optimism off C a second time; this is never wider than that,
+up to rounding, and was measured on the held-out `cov5` and `realset5`, docs/benchmarks.md "The
+back-test belongs to model U".) For ``population`` the query bootstrap resamples the per-query
+values of the point around those ends, close to, not exactly, the two models' own population
+intervals joined. A paired difference pairs the models (A's U with B's U, C with C): its models
+are (v_U,A - v_U,B, v_C,A - v_C,B), a side with one model being its own U and C, and its point
+each side's own point (each placed by its own band) minus the other's.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
@@ -116,9 +120,9 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     ``gallery_sd`` (C,): the sd over galleries of the realised value itself, a source the
     replicates do not carry (the reranked metric's outranking noise,
     :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
-    adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C,): v_C - v_U,
-    the signed difference of the two edge models' values whose mean ``point`` holds (module
-    docstring): the back-test band moves model U, and the interval joins C's."""
+    adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C, 2): the
+    two edge models' values (v_U, v_C) of each cell (module docstring): the back-test band moves
+    model U, and the interval joins C's and the point's."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -142,10 +146,14 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     band = np.zeros(value.shape + (2,)) if backtest is None else np.nan_to_num(np.asarray(backtest, dtype=np.float64))
     if band.ndim == 1:
         band = np.stack([band, band], axis=-1)
-    shift = np.zeros(value.shape) if models is None else np.nan_to_num(np.asarray(models, dtype=np.float64))
-    v_u, v_c = value - shift / 2.0, value + shift / 2.0            # one model: both are v
-    low_end = np.minimum(v_u - np.maximum(band[:, 1], 0.0), v_c)   # min(v_U, v_U - e_hi, v_C)
-    high_end = np.maximum(v_u - np.minimum(band[:, 0], 0.0), v_c)  # max(v_U, v_U - e_lo, v_C)
+    if models is None:
+        v_u = v_c = value                                           # one model: both are v
+    else:
+        pair = np.asarray(models, dtype=np.float64).reshape(-1, 2)
+        v_u, v_c = pair[:, 0], pair[:, 1]
+    # min(v_U, v_U - e_hi, v_C, v) and max(v_U, v_U - e_lo, v_C, v)
+    low_end = np.minimum(np.minimum(v_u - np.maximum(band[:, 1], 0.0), v_c), value)
+    high_end = np.maximum(np.maximum(v_u - np.minimum(band[:, 0], 0.0), v_c), value)
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
@@ -171,10 +179,9 @@ def predicted_intervals(est, cells, *, mode=None, ci_kind: str = "benchmark", le
     if reps is not None:
         from rscale.core.prediction import gallery_sd
         gsd = np.array([gallery_sd(est, metric, n, k, in_pool_counts=in_pool_counts) for metric, k, n in cells])
-    shifts = _edge_shifts(est, cells, mode, in_pool_counts)
     _, lo, hi = metric_intervals(pqs, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  backtest=_bands(bts), gallery_sd=gsd,
-                                 models=shifts)
+                                 models=_edge_values(est, cells, mode, in_pool_counts))
     return [(pqs[i], float(lo[i]), float(hi[i]), bts[i]) for i in range(len(cells))]
 
 
@@ -203,22 +210,25 @@ def difference_intervals(est_a, est_b, cells, *, mode=None, ci_kind: str = "benc
         reps = ra - rb
     s_ref = float(np.max(est_a.n_sampled))
     bd = [difference_error(a, b, n / s_ref, level=level) for a, b, (_, _, n) in zip(ba, bb, cells)]
-    sa, sb = _edge_shifts(est_a, cells, mode, None), _edge_shifts(est_b, cells, mode, None)
-    models = None if sa is None and sb is None else (0.0 if sa is None else sa) - (0.0 if sb is None else sb)
+    ma, mb = _edge_values(est_a, cells, mode, None), _edge_values(est_b, cells, mode, None)
+    models = None
+    if ma is not None or mb is not None:                  # a side with one model is its own U and C
+        models = (np.repeat(pa.mean(axis=1)[:, None], 2, axis=1) if ma is None else ma) - \
+            (np.repeat(pb.mean(axis=1)[:, None], 2, axis=1) if mb is None else mb)
     _, lo, hi = metric_intervals(pa - pb, reps, ci_kind=ci_kind, level=level, bootstrap=bootstrap, seed=seed,
                                  backtest=_bands(bd), bounds=(-1.0, 1.0), models=models)
     return [(pa[i], pb[i], float(lo[i]), float(hi[i]), ba[i], bb[i]) for i in range(len(cells))]
 
 
-def _edge_shifts(est, cells, mode, in_pool_counts):
-    """(C,) v_C - v_U of each cell for an estimate with two edge models, else None."""
+def _edge_values(est, cells, mode, in_pool_counts):
+    """(C, 2): each cell's (v_U, v_C) for an estimate with two edge models, else None."""
     from rscale.core.prediction import edge_models_per_query
     out = []
     for metric, k, n in cells:
         models = edge_models_per_query(est, metric, n, k, mode, in_pool_counts)
         if models is None:
             return None
-        out.append(float(models[1].mean() - models[0].mean()))
+        out.append([float(models[0].mean()), float(models[1].mean())])
     return np.array(out)
 
 
@@ -233,15 +243,17 @@ def _cell_predictions(est, cells, mode, ci_kind, bootstrap, in_pool_counts, back
     from rscale.core.backtest import backtest_error
     from rscale.core.prediction import predict_per_query, replicate_per_query
 
-    pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
-                    for metric, k, n in cells])
-    reps = None
-    if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
-        reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
-                         for metric, k, n in cells])
     s_ref = float(np.max(est.n_sampled))
     cache: dict = {}
     bts = [None if in_pool_counts is not None else backtest_error(est, backtest, metric, k, mode, factor=n / s_ref,
                                                                   cache=cache, level=level)
            for metric, k, n in cells]
+    # the band places the point between two edge models (rscale.core.prediction.edge_weight)
+    pqs = np.stack([predict_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts,
+                                      band=None if bt is None else (bt.low, bt.high))
+                    for (metric, k, n), bt in zip(cells, bts)])
+    reps = None
+    if est.replicates is not None and not (ci_kind == "population" and not bootstrap):   # else NaN bounds anyway
+        reps = np.stack([replicate_per_query(est, metric, n, k, mode, in_pool_counts=in_pool_counts)
+                         for metric, k, n in cells])
     return pqs, reps, bts

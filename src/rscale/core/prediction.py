@@ -3,8 +3,11 @@
 An estimate with posterior ``draws`` (the ``evt-eb`` estimator) predicts the per-query metric as the
 average over its draws, which integrates the hardness uncertainty through the metric; one without
 draws plugs its point hardness into the law. An estimate with an ``edge_factor`` carries two models
-of the hardness past the sample's edge (:mod:`rscale.core.edge_models`): its prediction is the
-mean of the two models' (:func:`edge_models_per_query` gives both), each computed as above.
+of the hardness past the sample's edge (:mod:`rscale.core.edge_models`), U (as fitted) and C (times
+the factor), each computed as above (:func:`edge_models_per_query` gives both). Its prediction lies
+between them, where the cell's back-test band places it (:func:`edge_weight`: U corrected by the
+band's centre, U's measured error at the cell's factor, kept between U and C); without a band, at
+their mean.
 """
 
 from __future__ import annotations
@@ -46,19 +49,45 @@ def in_pool_hardness(x: np.ndarray, counts: np.ndarray, s: np.ndarray, n: float)
 
 
 def predict_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
-                      mode: str | None = None, in_pool_counts: np.ndarray | None = None) -> np.ndarray:
+                      mode: str | None = None, in_pool_counts: np.ndarray | None = None,
+                      band=None) -> np.ndarray:
     """Per-query predicted metric at gallery size ``n`` (the benchmark value is the mean).
 
     ``mode`` None picks :data:`DEFAULT_MODE` for the metric. ``in_pool_counts`` (the sampled
     counts, per positive) makes the prediction condition on the sample being part of the gallery
-    (:func:`in_pool_hardness`; plug-in only).
+    (:func:`in_pool_hardness`; plug-in only). ``band``: the cell's back-test band (e_lo, e_hi) of
+    model U's error (:class:`rscale.core.backtest.BacktestError`'s ``low``, ``high``), which places
+    the prediction of an estimate with two edge models between them (:func:`edge_weight`); None:
+    their mean. An estimate with one model ignores it.
     """
     mode = resolve_mode(metric, mode, None if in_pool_counts is not None else est.method)
     models = edge_models_per_query(est, metric, n, k, mode, in_pool_counts)
     if models is None:
         return _model_per_query(est, False, metric, n, k, mode, in_pool_counts)
-    return _memoised(est, ("point", metric, n, k, mode), lambda: (models[0] + models[1]) / 2.0,
-                     cacheable=in_pool_counts is None)
+    u, c = models
+    w = edge_weight(float(u.mean()), float(c.mean()), band)
+    return (1.0 - w) * u + w * c                # w = 1/2: (u + c) / 2 to the bit; w = 0 or 1: u or c
+
+
+def edge_weight(v_u: float, v_c: float, band=None) -> float:
+    """The weight w of model C in the point (1 - w) v_U + w v_C of an estimate with two edge models.
+
+    The back-test band (e_lo, e_hi) is model U's error at the cell's extrapolation factor (the
+    back-test's shares are model-U re-estimates, :mod:`rscale.core.backtest`): the point is U
+    corrected by the band's centre, kept between the two models,
+    v = clip(v_U - (e_lo + e_hi) / 2, min(v_U, v_C), max(v_U, v_C)), so
+    w = clip(-(e_lo + e_hi) / 2 / (v_C - v_U), 0, 1): C where the band says U is off toward C's
+    side by at least their distance, U where it says U is right or off the other way. 1/2 (their
+    mean: no evidence between them) without a band (None or NaN) or where the models agree.
+    Chosen on seen data and measured once on held-out sets before it was built (docs/benchmarks.md,
+    "The back-test places the point between the edge models"). Example: ``edge_weight(0.50, 0.48,
+    (0.01, 0.03))`` is 1.0 (U optimistic by 0.02 or more: the point is C)."""
+    if band is None or v_c == v_u:
+        return 0.5
+    centre = (float(band[0]) + float(band[1])) / 2.0
+    if not np.isfinite(centre):
+        return 0.5
+    return min(max(-centre / (v_c - v_u), 0.0), 1.0)
 
 
 def edge_models_per_query(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
@@ -96,7 +125,7 @@ def _model_per_query(est: HardnessEstimate, edge: bool, metric: str, n: float, k
 
 
 # Per-query predictions of a registry-cached (read-only, so immutable) estimate are kept with it,
-# keyed by (point or replicates, metric, N, k, mode): a repeated cell answers without evaluating
+# keyed by (model, edge model or replicates, metric, N, k, mode): a repeated cell answers without evaluating
 # the law again (with the interval: the point and R = 16 replicates, 17 evaluations of 60k
 # positives, ~5 ms of CPU per cell, docs/benchmarks.md). At most this many bytes per estimate
 # (a registry keeps 8 decoded tables); the oldest cell goes first. Kept arrays are read-only.

@@ -37,9 +37,10 @@ every slot of the sorted view filled once and the result sorted (else a FormatEr
 
 Version 5 adds ``edge_factor`` (float64, >= 0, 1 for a positive the sample counts) and
 ``rscale.edge`` (JSON: ``bands``, ``prior_counts``, the measured ``ratios``, the ``split`` they
-came from, the two models' ``weights``): a prediction averages the tail model as fitted and the
-same hardness times this factor (:mod:`rscale.core.edge_models`). Versions 1-4 are still read (one
-model, as before).
+came from, the two models' ``weights`` where a cell has no back-test band: 1/2 each): a prediction
+lies between the tail model as fitted and the same hardness times this factor
+(:mod:`rscale.core.edge_models`), placed by the cell's back-test band
+(:func:`rscale.core.prediction.edge_weight`). Versions 1-4 are still read (one model, as before).
 
 File metadata: ``rscale.format = hardness``, ``rscale.schema_version``, ``rscale.method``,
 ``rscale.params`` (JSON), ``rscale.meta`` (JSON, copied from the sample stats).
