@@ -141,6 +141,18 @@ def summary(rows: list) -> str:
     return "\n".join(out)
 
 
+def check_seen_or_reserved(which: str, held_out: bool, reserved: tuple = ()) -> None:
+    """Stop (one line) unless ``which`` is seen data (a design set, a spent held-out simulator set,
+    a seen real set), or ``held_out`` and one of ``reserved`` (the sets a round wrote down for its
+    single measurement)."""
+    from bias_by_depth import DESIGN_SETS
+    seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
+    if which not in seen and not (held_out and which in reserved):
+        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
+                         f"with --held-out, by the round that wrote down its rule "
+                         f"({'reserved: ' + ', '.join(reserved) if reserved else 'none is reserved now'})")
+
+
 def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str,
               draws=None) -> list:
     """The command line of a per-cell candidate script (this one, ``edge_backtest_union.py``):

@@ -40,8 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import accuracy_table as T  # noqa: E402
-from edge_average import METHOD, run_cells, shipped_cell  # noqa: E402
-from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
+from edge_average import METHOD, check_seen_or_reserved, run_cells, shipped_cell  # noqa: E402
 
 # cov5 and realset5 were measured once, with --held-out, by the round that wrote this rule down
 # (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
@@ -50,11 +49,7 @@ HELD_OUT_SETS: tuple = ()
 
 def check_set(which: str, held_out: bool) -> None:
     """Stop (one line) unless ``which`` is seen data, or ``held_out`` and one of :data:`HELD_OUT_SETS`."""
-    from bias_by_depth import DESIGN_SETS
-    seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
-    if which not in seen and not (held_out and which in HELD_OUT_SETS):
-        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
-                         "with --held-out, by the round that wrote down its rule (none is reserved now)")
+    check_seen_or_reserved(which, held_out, HELD_OUT_SETS)
 
 
 def intervals(u: float, c: float, half: float, band, level_bounds=(0.0, 1.0)) -> dict:

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import edge_average  # noqa: E402
 import edge_backtest_union  # noqa: E402
-from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS  # noqa: E402
+from edge_average import check_seen_or_reserved  # noqa: E402
 
 # cov6 and realset6 were measured once, with --held-out, by the round that wrote this rule down
 # (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
@@ -44,11 +44,7 @@ HELD_OUT_SETS: tuple = ()
 
 def check_set(which: str, held_out: bool) -> None:
     """Stop (one line) unless ``which`` is seen data, or ``held_out`` and one of :data:`HELD_OUT_SETS`."""
-    from bias_by_depth import DESIGN_SETS
-    seen = (*DESIGN_SETS, *SEEN_HELD_OUT, *SEEN_REAL_SETS)
-    if which not in seen and not (held_out and which in HELD_OUT_SETS):
-        raise SystemExit(f"--set {which}: a seen set ({', '.join(seen)}); a held-out set is measured once, "
-                         "with --held-out, by the round that wrote down its rule (none is reserved now)")
+    check_seen_or_reserved(which, held_out, HELD_OUT_SETS)
 
 
 def weighted(u: float, c: float, band) -> tuple[float, float]:
