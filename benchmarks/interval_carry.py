@@ -102,9 +102,9 @@ COV5_SEED = 570_000
 
 # Held out (--set cov6): written down on 2026-12-07, after cov5 was spent on the back-test's
 # U-band rule (docs/benchmarks.md, "The back-test belongs to model U") and before anything of the
-# round after it was designed; nothing has been measured on it. Reserved for that round's single
-# measurement (with a new real set, since realset5 is spent too), with the target and decision
-# rule it writes down first. New laws, query counts and a new seed offset; every family once.
+# round after it was designed. Spent on 2026-12-07 by benchmarks/edge_weight.py's single
+# measurement (with realset6; docs/benchmarks.md, "The back-test places the point between the edge
+# models"), seen since. New laws, query counts and a new seed offset; every family once.
 COV6 = [
     ("neardup/power a1.35 cov6", "neardup", HardnessLaw("power", 1.35, 1e-11, 1e-1, immune=0.03, rho=0.4), 1110),
     ("gaussian/loguniform mid cov6", "gaussian", HardnessLaw("loguniform", 1.0, 1e-11, 1e-2, immune=0.04, rho=0.5), 990),
@@ -116,8 +116,26 @@ COV6 = [
     ("shoulder/loguniform wide cov6", "shoulder", HardnessLaw("loguniform", 1.0, 1e-11, 1.0, immune=0.03, rho=0.5), 1030),
 ]
 COV6_SEED = 610_000
+
+# Held out (--set cov7): written down on 2026-12-07, after cov6 was spent on the edge weight and
+# before anything of the round after it was designed; nothing has been measured on it. Reserved
+# for that round's single measurement (with a new real set: realset6 is spent too), with the
+# target and decision rule it writes down first. New laws, query counts and a new seed offset;
+# every family once.
+COV7 = [
+    ("neardup/loguniform mid cov7", "neardup", HardnessLaw("loguniform", 1.0, 1e-11, 1e-2, immune=0.02, rho=0.5), 1015),
+    ("gaussian/loguniform wide cov7", "gaussian", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.03, rho=0.3), 1125),
+    ("bounded/loguniform mid cov7", "bounded", HardnessLaw("loguniform", 1.0, 1e-11, 1e-2, immune=0.04, rho=0.4), 1055),
+    ("student/power a1.3 cov7", "student", HardnessLaw("power", 1.3, 1e-11, 1e-1, immune=0.05, rho=0.2), 1145),
+    ("logistic/power a1.4 cov7", "logistic", HardnessLaw("power", 1.4, 1e-12, 1e-1, immune=0.03, rho=0.5), 995),
+    ("scalemix/power a1.35 cov7", "scalemix", HardnessLaw("power", 1.35, 1e-11, 1e-1, immune=0.02, rho=0.3), 1075),
+    ("bigdup/power a1.35 cov7", "bigdup", HardnessLaw("power", 1.35, 1e-11, 1e-1, immune=0.05, rho=0.6), 1165),
+    ("shoulder/power a1.3 cov7", "shoulder", HardnessLaw("power", 1.3, 1e-11, 1e-1, immune=0.04, rho=0.2), 1035),
+]
+COV7_SEED = 650_000
 HELD_OUT = {"cov1": (COV1, COV1_SEED), "cov2": (COV2, COV2_SEED), "cov3": (COV3, COV3_SEED),
-            "cov4": (COV4, COV4_SEED), "cov5": (COV5, COV5_SEED), "cov6": (COV6, COV6_SEED)}
+            "cov4": (COV4, COV4_SEED), "cov5": (COV5, COV5_SEED), "cov6": (COV6, COV6_SEED),
+            "cov7": (COV7, COV7_SEED)}
 
 
 def old_rule_band(est, bt, metric, k, mode, factor):
