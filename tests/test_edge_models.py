@@ -380,3 +380,51 @@ def test_a_paired_differences_point_is_each_sides_own_point_and_lies_in_its_inte
     assert lo <= d <= hi
     assert lo <= min(ua.mean() - ub.mean(), ca.mean() - cb.mean()) and hi >= max(ua.mean() - ub.mean(),
                                                                                  ca.mean() - cb.mean())
+
+
+@pytest.mark.parametrize("two_models", ["a", "b"])
+def test_a_paired_difference_with_one_two_model_side_places_only_that_sides_point(monkeypatch, two_models):
+    """One side with two edge models and a band saying its U is off past its C, the other with
+    one model (and a band of its own, which moves no point): the difference is that side's C minus
+    the other's point, and the interval holds it."""
+    from rscale.core import backtest as bt_mod
+    from rscale.core.interval import difference_intervals
+    from rscale.core.prediction import edge_models_per_query, predict_per_query
+    a, b = _two_model_estimate(0, writeable=True), _two_model_estimate(1, writeable=True)
+    if two_models == "a":
+        b = replace(b, edge_factor=None)
+    else:
+        a = replace(a, edge_factor=None)
+    two, one = (a, b) if two_models == "a" else (b, a)
+    u, c = edge_models_per_query(two, "AP", 1e6, 1000, "expected")
+    gap = float(c.mean() - u.mean())
+    bands = {id(two): (-2 * gap, -2 * gap), id(one): (0.05, 0.08)}
+    monkeypatch.setattr(bt_mod, "backtest_error", lambda est, *args, **kw: _band_error(*bands[id(est)]))
+    monkeypatch.setattr(bt_mod, "difference_error", lambda *args, **kw: None)
+    [(pa, pb, lo, hi, _, _)] = difference_intervals(a, b, [("AP", 1000, 1e6)], mode="expected")
+    plain = predict_per_query(one, "AP", 1e6, 1000, "expected")
+    np.testing.assert_allclose(pa if two_models == "a" else pb, c, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(pb if two_models == "a" else pa, plain)
+    assert lo <= float(pa.mean() - pb.mean()) <= hi
+
+
+def test_the_back_test_band_is_the_shares_error_as_prediction_minus_truth():
+    """The sign the point's correction relies on: shares whose hardness is lighter than the sample's
+    realised counts predict a higher AP than the sample's own, so their error, and the band carried
+    from it, is positive (model U optimistic), and edge_weight moves the point toward a C below U."""
+    from rscale.core.backtest import Backtest, backtest_error, factor_errors
+    from rscale.core.estimators.base import HardnessEstimate
+    from rscale.core.prediction import edge_weight
+    rng = np.random.default_rng(2)
+    off = np.arange(0, 301, 3)
+    counts = rng.integers(1, 30, 300)
+    s = 10_000
+    x = counts / s
+    est = HardnessEstimate(method="count", x=x, offsets=off, rule=np.array(["count"] * 300),
+                           n_sampled=np.full(100, s), replicates=np.clip(x[:, None] * rng.uniform(0.2, 0.4, (300, 4)), 0, 1))
+    bt = Backtest(counts=counts, columns=np.clip(x[:, None] * rng.uniform(0.1, 0.3, (300, 4)), 0, 1),
+                  column_factors=np.array([4, 4, 4, 4]))
+    assert np.all(factor_errors(est, bt, "AP", 100, "plugin", 2) > 0)   # too light -> too easy -> AP too high
+    err = backtest_error(est, bt, "AP", 100, "plugin", factor=20.0)
+    assert err.low > 0 and err.high > err.low
+    assert edge_weight(0.5, 0.45, (err.low, err.high)) > 0.0 and edge_weight(0.5, 0.55, (err.low, err.high)) == 0.0

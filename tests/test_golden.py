@@ -158,15 +158,16 @@ def test_descriptor_set_v1_manifest_and_shards(tmp_path):
         check_recipe(GOLDEN / "descriptors_v1", {**recipe, "pooling": "mean"})
 
 
-def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_edge_models_without_a_band():
-    """Version 5: the second edge model's factor and what made it (rscale.edge); the prediction is
-    the mean of the model without it and the model with every draw times it, and the benchmark
-    interval the one without (the back-test band is its error) joined with the other model's plain
-    interval. Versions 1-4 carry one model."""
+def test_hardness_v5_carries_the_edge_factor_and_places_its_point_between_the_two_edge_models():
+    """Version 5: the second edge model's factor and what made it (rscale.edge); without a band the
+    prediction is the mean of the model without it and the model with every draw times it; with the
+    file's back-test, the point its band places between them (here C: the band's centre says U is
+    off by more than C - U) and the benchmark interval the one without the factor (the back-test
+    band is its error) joined with the other model's plain interval. Versions 1-4 carry one model."""
     from dataclasses import replace
 
     from rscale.core.interval import predicted_intervals
-    from rscale.core.prediction import predict_per_query
+    from rscale.core.prediction import edge_weight, predict_per_query
     v4, _ = read_hardness(GOLDEN / "hardness_v4.parquet")
     v5, info5 = read_hardness(GOLDEN / "hardness_v5.parquet")
     assert info5["schema_version"] == 5 and v5.x.tolist() == v4.x.tolist()
@@ -184,8 +185,12 @@ def test_hardness_v5_carries_the_edge_factor_and_predicts_the_mean_of_the_two_ed
         bt = info5["backtest"]
         [(_, lo_u, hi_u, _)] = predicted_intervals(one, [(metric, k, n)], mode="expected", backtest=bt)
         [(_, lo_0, hi_0, _)] = predicted_intervals(one, [(metric, k, n)], mode="expected")   # no band
-        [(pq, lo, hi, _)] = predicted_intervals(v5, [(metric, k, n)], mode="expected", backtest=bt)
-        shift = c.mean() - u.mean()
+        [(pq, lo, hi, err)] = predicted_intervals(v5, [(metric, k, n)], mode="expected", backtest=bt)
+        w = edge_weight(float(u.mean()), float(c.mean()), (err.low, err.high))
+        assert w == 1.0                                                   # this file's bands: the point is C
+        np.testing.assert_allclose(pq, c, rtol=0, atol=1e-15)
+        assert pq.mean() == pytest.approx({"AP": 0.2051846601379245, "R": 0.2118340671039187}[metric], abs=1e-12)
+        assert lo <= pq.mean() <= hi
         assert hi_0 < 1.0
         half = hi_0 - u.mean()                                            # the replicate and gallery half-width
         # U's interval (with the back-test band, U's error) joined with C's plain one, C +- half

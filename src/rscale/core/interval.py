@@ -25,9 +25,10 @@ interval of the share errors' regression on log m carried to f
 (:func:`rscale.core.backtest.carry`). It enters both kinds the same way, as the union of the
 intervals around v - e for every e in the band and around v itself:
 lo = min(v, v - e_hi) - half_lo, hi = max(v, v - e_lo) + half_hi. The interval reaches toward
-where the back-test says the truth may lie, as far as its band says, and keeps the point v (a
-back-test correction of the point measured worse on the simulator). A band of one value e
-(``backtest`` of shape (C,)) is the earlier union of v and v - e.
+where the back-test says the truth may lie, as far as its band says, and keeps the point v: with
+one model the back-test does not move the point (a correction of a one-model point measured worse
+on the simulator); with two edge models it places the point between them, no further (below). A
+band of one value e (``backtest`` of shape (C,)) is the earlier union of v and v - e.
 
 An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
 predicts a v between v_U and v_C, placed by the cell's back-test band

@@ -206,4 +206,8 @@ def gallery_sd(est: HardnessEstimate, metric: str, n: float, k: int | None = 100
 
 def predict(est: HardnessEstimate, metric: str, n: float, k: int | None = 1000,
             mode: str | None = None) -> float:
+    """The benchmark value without a back-test: :func:`predict_per_query`'s mean, which for an
+    estimate with two edge models is their mean (the commands place that point by the cell's band,
+    :func:`rscale.core.interval.predicted_intervals`; this serves in-process estimates of one model,
+    such as the reranked law's first stage)."""
     return float(predict_per_query(est, metric, n, k, mode).mean())
