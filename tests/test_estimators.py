@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -112,6 +113,36 @@ def test_threshold_columns():
     u, exc = tail_threshold(top, 100, 0.9)
     assert exc.shape[1] >= 10
     np.testing.assert_allclose(np.sum(~np.isnan(exc), axis=1), np.sum(top > u[:, None], axis=1))
+
+
+def test_threshold_keeps_tied_top_scores_as_excesses():
+    # Real pools hold exact copies of a query's image: its top sampled scores tie at 1.0. Row 0
+    # ties its top 14 (the realset6 query that made evt refuse a whole draw), row 1 its top 3,
+    # row 2 has no ties, row 3 is tied from its 10th score to the end (no tail to fit).
+    rng = np.random.default_rng(1)
+    top = np.sort(rng.uniform(0.2, 0.5, (4, 100)), axis=1)[:, ::-1].copy()
+    top[0, :14] = 1.0
+    top[1, :3] = 1.0
+    top[3, 9:] = 0.1
+    u, exc = tail_threshold(top, 100, 0.95)        # 5 above the quantile: lowered to keep 10
+    counts = np.sum(~np.isnan(exc), axis=1)
+    np.testing.assert_array_equal(counts[:3], [14, 10, 10])
+    assert u[0] == top[0, 14] and u[1] == top[1, 10] and u[2] == top[2, 10]
+    assert u[3] == 0.1 and counts[3] == 9           # every score above the tie is an excess
+    np.testing.assert_array_equal(counts, np.sum(top > u[:, None], axis=1))
+
+
+def test_evt_estimates_a_real_draw_whose_query_ties_at_the_top():
+    # benchmarks/realset6 draw 10% #3: query 342's 14 best sampled scores are 1.0 (copies of its
+    # icon); evt's goodness-of-fit refit put its threshold on the tie and refused the draw.
+    from rscale.store.sample_stats_file import read_sample_stats
+    ss = read_sample_stats(Path(__file__).resolve().parent.parent
+                           / "benchmarks/realset6/data/draw-10pct-3.sample_stats.parquet")
+    assert np.sum(ss.top_scores[342] == 1.0) == 14
+    for method in ("evt", "evt-paper"):
+        est = estimate(ss, method)
+        assert np.all(np.isfinite(est.x)) and np.all((est.x >= 0) & (est.x <= 1))
+    assert est.tail["n_u"][342] >= 10
 
 
 def test_unknown_method_and_params():

@@ -23,6 +23,11 @@ def tail_threshold(top: np.ndarray, k_top: int, q: float, min_excesses: int = MI
     returned (about (1 - q) k_top of them). With short top lists (small samples, sub-samples) the
     threshold is lowered to keep at least ``min_excesses`` excesses (the (m+1)-th score), so that
     every query has a tail to fit; with K = 4000 and q = 0.95 (200 excesses) this never applies.
+    Where the top scores are tied (real pools hold exact copies: 14 sampled distractors at cosine
+    1.0 in one realset6 query), the (m+1)-th score equals the m-th and fewer than m scores lie
+    above it; the threshold is then the first score below the m-th, so the m tied ones are
+    excesses. A row whose scores from the m-th down are all tied keeps the (m+1)-th (it has no
+    tail to fit, and :func:`~rscale.core.tailfit.fit_gpd` says so).
     """
     tops = top[:, :k_top]
     if tops.shape[1] < 3:
@@ -30,7 +35,9 @@ def tail_threshold(top: np.ndarray, k_top: int, q: float, min_excesses: int = MI
     u = np.quantile(tops, q, axis=1)
     m = min(min_excesses, tops.shape[1] - 1)
     too_few = np.sum(tops > u[:, None], axis=1) < m
-    u = np.where(too_few, tops[:, m], u)
+    below = tops < tops[:, m - 1:m]                      # rows descending: a run of False, then True
+    first_below = np.where(below.any(axis=1), np.argmax(below, axis=1), m)
+    u = np.where(too_few, tops[np.arange(tops.shape[0]), first_below], u)
     width = max(int(np.max(np.sum(tops > u[:, None], axis=1))), 2)
     exc = tops[:, :width] - u[:, None]
     return u, np.where(exc > 0, exc, np.nan)
