@@ -34,12 +34,12 @@ def test_the_build_is_the_icon_build_with_this_sets_packages_and_excluded_query_
     build.main(["score", "--work", "/nonexistent", "--out", "/nowhere"])
     assert seen == {"embed": ["--work", "/nonexistent", "--part", "1", "--parts", "2"], "packages": build.PACKAGES,
                     "doc": "docs/realset6.md", "score": ["--work", "/nonexistent", "--out", "/nowhere"],
-                    "benchmark": "realset6-icons", "not_query_stems": build.realset_query_stems()}
+                    "benchmark": "realset6-icons", "not_query_stems": build.icon_query_stems()}
     assert not set(build.PACKAGES) & set(embed.PACKAGES)              # another corpus than realset's
 
 
 def test_the_excluded_names_are_realsets_query_stems():
-    stems = _load().realset_query_stems()
+    stems = _load().icon_query_stems()
     qids = pq.read_table(ROOT / "benchmarks" / "realset" / "data" / "qrels.parquet")["query_id"].to_pylist()
     assert len(stems) == len(set(qids)) == 500                        # one query per stem there
     assert {q.rsplit("/", 1)[1] for q in qids} == stems and "accessories-calculator" in stems
@@ -71,4 +71,4 @@ def test_the_committed_set_is_whole_and_consistent():
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 40e6
     check_real_set_data(DATA, man, n_brute=100)
     qids = set(pq.read_table(DATA / "qrels.parquet")["query_id"].to_pylist())
-    assert len(qids) == 500 and not {q.rsplit("/", 1)[1] for q in qids} & build.realset_query_stems()
+    assert len(qids) == 500 and not {q.rsplit("/", 1)[1] for q in qids} & build.icon_query_stems()

@@ -35,11 +35,11 @@ def icon_build(name: str):
     return mod
 
 
-def realset_query_stems(root: Path = HERE.parent) -> frozenset[str]:
-    """The icon file stems of realset's queries, from its committed qrels (a query id is
-    ``q:THEME/CONTEXT/STEM``)."""
+def icon_query_stems(name: str = "realset", root: Path = HERE.parent) -> frozenset[str]:
+    """The icon file stems of icon set ``name``'s queries, from its committed qrels (a query id
+    is ``q:THEME/CONTEXT/STEM``)."""
     import pyarrow.parquet as pq
-    qids = pq.read_table(root / "realset" / "data" / "qrels.parquet", columns=["query_id"])["query_id"].to_pylist()
+    qids = pq.read_table(root / name / "data" / "qrels.parquet", columns=["query_id"])["query_id"].to_pylist()
     return frozenset(q.rsplit("/", 1)[1] for q in qids)
 
 
@@ -49,7 +49,7 @@ def main(argv=None):
         sys.exit("usage: build.py embed --work DIR [--part I --parts N] | score --work DIR --out DIR")
     if argv[0] == "embed":
         return icon_build("embed").main(argv[1:], packages=PACKAGES, doc="docs/realset6.md")
-    return icon_build("build").main(argv[1:], benchmark=BENCHMARK, not_query_stems=realset_query_stems())
+    return icon_build("build").main(argv[1:], benchmark=BENCHMARK, not_query_stems=icon_query_stems())
 
 
 if __name__ == "__main__":
