@@ -29,6 +29,7 @@ MAX_QUERIES = 500
 BENCHMARK = "realset-icons"
 BACKBONE = "mobilenet_v2-imagenet@96"
 _SIZE = re.compile(r"^\d+(x\d+)?(@\d+x?)?$")
+_SCALED = re.compile(r"^\d+(x\d+)?@\d+x?$")     # a HiDPI folder: 48@2x, 24x24@2x
 
 
 def image_id(digest: str) -> str:
@@ -46,13 +47,18 @@ def instance_key(path: str):
     return theme, context, Path(path).stem
 
 
-def select(files, not_query_stems=frozenset()):
+def select(files, not_query_stems=frozenset(), query_from_scaled=True):
     """The rules of docs/realset.md -> (queries {qid: digest}, qrels [(qid, pos digest)], pool digests).
 
     ``not_query_stems``: icon file stems that are never a query here (another icon set's queries:
-    docs/realset6.md); their images stay in the pool unless a query here excludes them."""
+    docs/realset6.md); their images stay in the pool unless a query here excludes them.
+    ``query_from_scaled`` False: an instance's query-width images are counted from its 1x folders
+    only (docs/realset7.md: in themes with HiDPI folders the 24-px drawing at @2x is a second
+    48-px image of nearly every icon); the @2x one is then neither query nor positive (its width
+    is the query's) nor pool image (its stem is the query's)."""
     ok = files[files["error"] == ""]
     inst: dict = {}
+    query_width: dict = {}                  # instance -> its query-width digests that may be the query
     stems_of: dict = {}
     # the real file's own path (symlinked aliases resolve to it), so every size of an icon keys alike
     for path, d, w in zip(ok["real_path"], ok["digest"], ok["width"]):
@@ -60,6 +66,8 @@ def select(files, not_query_stems=frozenset()):
         key = instance_key(path)
         if key is not None:
             inst.setdefault(key, {}).setdefault(int(w), set()).add(d)
+            if int(w) == QUERY_WIDTH and (query_from_scaled or not any(_SCALED.match(p) for p in Path(path).parts[5:-1])):
+                query_width.setdefault(key, set()).add(d)
     order = sorted(inst, key=lambda k: hashlib.sha256("\t".join(k).encode()).hexdigest())
     used, used_stems, queries, qrels = set(), set(), {}, []
     lo, hi = POSITIVE_WIDTHS
@@ -67,9 +75,9 @@ def select(files, not_query_stems=frozenset()):
         if len(queries) == MAX_QUERIES:
             break
         by_w = inst[key]
-        if len(by_w.get(QUERY_WIDTH, ())) != 1:
+        if len(query_width.get(key, ())) != 1:
             continue
-        (q,) = by_w[QUERY_WIDTH]
+        (q,) = query_width[key]
         pos = sorted({d for w, ds in by_w.items() if w != QUERY_WIDTH and lo <= w <= hi for d in ds} - {q})
         if (not pos or key[2] in used_stems or key[2] in not_query_stems or q in used
                 or used.intersection(pos)):
@@ -83,7 +91,7 @@ def select(files, not_query_stems=frozenset()):
     return queries, qrels, pool
 
 
-def main(argv=None, benchmark=BENCHMARK, not_query_stems=frozenset()):
+def main(argv=None, benchmark=BENCHMARK, not_query_stems=frozenset(), query_from_scaled=True):
     """Build the set from WORK into OUT (another icon set passes its own name and excluded query
     stems: benchmarks/realset6/build.py)."""
     ap = argparse.ArgumentParser()
@@ -106,7 +114,7 @@ def main(argv=None, benchmark=BENCHMARK, not_query_stems=frozenset()):
         z = np.load(p)
         for d, v in zip(z["digests"], z["vectors"]):
             vec.setdefault(str(d), v)
-    queries, qrels, pool = select(files, not_query_stems)
+    queries, qrels, pool = select(files, not_query_stems, query_from_scaled)
     pool_ids = np.asarray([image_id(d) for d in pool])
     u = hash_uniform(pool_ids, PARTITION_SEED)
 
