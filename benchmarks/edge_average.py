@@ -153,10 +153,13 @@ def check_seen_or_reserved(which: str, held_out: bool, reserved: tuple = ()) -> 
                          f"({'reserved: ' + ', '.join(reserved) if reserved else 'none is reserved now'})")
 
 
-def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str) -> list:
-    """The command line of a per-cell candidate script (this one, ``edge_backtest_union.py``, ``edge_weight.py``):
-    ``--set`` (guarded by ``check(set, held_out)``), ``--fractions``, ``--cache``, ``--held-out``,
-    ``--json``; one table line per cell (``line(row)``) as it is computed, then ``summary_of(rows)``."""
+def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str,
+              draws=None) -> list:
+    """The command line of a per-cell candidate script (this one, ``edge_backtest_union.py``,
+    ``edge_weight.py``, ``interval_quadrature.py``): ``--set`` (guarded by ``check(set, held_out)``),
+    ``--fractions``, ``--cache``, ``--held-out``, ``--json``; one table line per cell (``line(row)``)
+    as it is computed, then ``summary_of(rows)``. ``draws(set, fractions)``: the set's cells
+    (default :func:`draws_of`; a round's held-out real set is in none of its lists)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--set", dest="which", required=True)
     ap.add_argument("--fractions", default="0.01,0.05")
@@ -171,7 +174,7 @@ def run_cells(argv, *, description: str, check, cell_of, header: str, line, summ
     rows = []
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    for d in draws_of(a.which, fractions):
+    for d in (draws or draws_of)(a.which, fractions):
         r = cell_of(d, Path(a.cache))
         rows.append(r)
         print(line(r), flush=True)
