@@ -44,9 +44,12 @@ def check_set(which: str, held_out: bool) -> None:
 
 
 def draws_of(name: str, fractions) -> list:
-    """A held-out real set's committed draws, else what the other per-cell scripts use."""
+    """This round's held-out sets' draws (a real set's committed draws; a simulator set's draw 0 of
+    every scenario, as for the earlier held-out sets), else what the other per-cell scripts use."""
     if name in HELD_OUT_REAL:
         return T.real_draws(name, fractions, None)
+    if name in HELD_OUT_SETS:
+        return edge_average.held_out_sim_draws(name, fractions)
     return edge_average.draws_of(name, fractions)
 
 
