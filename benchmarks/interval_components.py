@@ -20,7 +20,6 @@ Run: PYTHONPATH=src .venv/bin/python benchmarks/interval_components.py --sets fr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -28,16 +27,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import accuracy_table as table  # noqa: E402
+
 METHOD = "evt-eb"
 LEVEL = 0.95
-
-
-def table_module():
-    spec = importlib.util.spec_from_file_location("accuracy_table", HERE / "accuracy_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def components(hardness: Path, n: float, mode: str | None) -> dict:
@@ -79,7 +73,6 @@ def main(argv=None):
     ap.add_argument("--cache", default="/work/cache/acc")
     ap.add_argument("--out", default=str(HERE / "interval_components_rows"))
     a = ap.parse_args(argv)
-    table = table_module()
     known = set(table.accuracy_module().SETS) | set(table.REAL_SETS)
     cache, out = Path(a.cache), Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
