@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import accuracy_table as T  # noqa: E402
 from bias_by_depth import mean_metric as mean_ap  # noqa: E402
-from edge_transfer import HELD_OUT_SETS, SEEN_HELD_OUT, SEEN_REAL_SETS, check_set, halves_band_factors  # noqa: E402
+from edge_transfer import SEEN_HELD_OUT, SEEN_REAL_SETS, check_set, halves_band_factors  # noqa: E402
 
 METHOD = "evt-eb"
 DEFAULT_CACHE = Path.home() / ".cache" / "rscale" / "accuracy_table"
@@ -63,9 +63,13 @@ def held_out_sim_draws(name: str, fractions) -> list:
 
 
 def draws_of(name: str, fractions) -> list:
-    if name in SEEN_REAL_SETS:
+    """A set's cells: a real set's committed draws (any folder ``benchmarks/NAME/data``), a held-out
+    simulator set's draw 0 (``interval_carry.HELD_OUT``), else the accuracy table's draw 0. Which
+    sets a script may run is its ``check``'s business, not this."""
+    from interval_carry import HELD_OUT
+    if (Path(__file__).parent / name / "data" / "manifest.json").is_file():
         return T.real_draws(name, fractions, None)
-    if name in (*SEEN_HELD_OUT, *HELD_OUT_SETS):
+    if name in HELD_OUT:
         return held_out_sim_draws(name, fractions)
     return T.sim_draws(name, fractions, 1)
 
@@ -153,13 +157,11 @@ def check_seen_or_reserved(which: str, held_out: bool, reserved: tuple = ()) -> 
                          f"({'reserved: ' + ', '.join(reserved) if reserved else 'none is reserved now'})")
 
 
-def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str,
-              draws=None) -> list:
+def run_cells(argv, *, description: str, check, cell_of, header: str, line, summary_of, held_out_help: str) -> list:
     """The command line of a per-cell candidate script (this one, ``edge_backtest_union.py``,
     ``edge_weight.py``, ``interval_quadrature.py``): ``--set`` (guarded by ``check(set, held_out)``),
     ``--fractions``, ``--cache``, ``--held-out``, ``--json``; one table line per cell (``line(row)``)
-    as it is computed, then ``summary_of(rows)``. ``draws(set, fractions)``: the set's cells
-    (default :func:`draws_of`; a round's held-out real set is in none of its lists)."""
+    as it is computed, then ``summary_of(rows)``."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--set", dest="which", required=True)
     ap.add_argument("--fractions", default="0.01,0.05")
@@ -174,7 +176,7 @@ def run_cells(argv, *, description: str, check, cell_of, header: str, line, summ
     rows = []
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    for d in (draws or draws_of)(a.which, fractions):
+    for d in draws_of(a.which, fractions):
         r = cell_of(d, Path(a.cache))
         rows.append(r)
         print(line(r), flush=True)

@@ -25,7 +25,9 @@ Per cell, through the shipped path (``benchmarks/accuracy_table.py``'s ``run_cel
 register -> query, cached), the query's interval and the truth; then from the fit the cell stored,
 the parts (``rscale.core.interval``'s own functions) and both rules. The rule the query ran, rebuilt
 from the parts, is printed against the query's interval (``check``, 0 up to rounding): the union
-in the rows measured before the build (``benchmarks/edge_backtest_union_rows/``), U-band since.
+in the rows measured before the build (``benchmarks/edge_backtest_union_rows/``), U-band since,
+until the quadrature round (``benchmarks/interval_quadrature.py``): the query's interval is that
+round's root-sum-square join since, so ``check`` is then U-band's distance from it.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/edge_backtest_union.py --set design [--fractions 0.01,0.05] [--json rows.json]
      (cov5 and realset5 were measured once with --held-out, 2026-12-07; seen since)

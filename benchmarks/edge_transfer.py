@@ -50,8 +50,8 @@ QUARTER_SEED = 9_100        # the split of half A into two quarters (the spread 
 # realset4 and cov4 were held out until the edge average's single measurement (docs/benchmarks.md,
 # "Two edge models, averaged"), realset5 and cov5 until edge_backtest_union.py's ("The back-test
 # belongs to model U"); seen since, so any script here may run on them
-SEEN_REAL_SETS = ("realset", "realset2", "realset3", "realset4", "realset5", "realset6")
-SEEN_HELD_OUT = ("cov4", "cov5", "cov6")
+SEEN_REAL_SETS = ("realset", "realset2", "realset3", "realset4", "realset5", "realset6", "realset7")
+SEEN_HELD_OUT = ("cov4", "cov5", "cov6", "cov7")
 # sets a round measures once, with --held-out, after writing down its rule: none is reserved for
 # these scripts now (the next round writes down a new simulator set and builds a new real set first)
 HELD_OUT_SETS: tuple = ()

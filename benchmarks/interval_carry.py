@@ -118,10 +118,9 @@ COV6 = [
 COV6_SEED = 610_000
 
 # Held out (--set cov7): written down on 2026-12-07, after cov6 was spent on the edge weight and
-# before anything of the round after it was designed; nothing has been measured on it. Reserved
-# for that round's single measurement (with a new real set: realset6 is spent too), with the
-# target and decision rule it writes down first. New laws, query counts and a new seed offset;
-# every family once.
+# before anything of the round after it was designed. Spent on 2026-12-07 by that round's single
+# measurement (with realset7; docs/benchmarks.md, "The two reaches past model U, joined in
+# quadrature"); seen since. New laws, query counts and a new seed offset; every family once.
 COV7 = [
     ("neardup/loguniform mid cov7", "neardup", HardnessLaw("loguniform", 1.0, 1e-11, 1e-2, immune=0.02, rho=0.5), 1015),
     ("gaussian/loguniform wide cov7", "gaussian", HardnessLaw("loguniform", 1.0, 1e-12, 1.0, immune=0.03, rho=0.3), 1125),

@@ -7,7 +7,8 @@ the hardness file is read and the interval the shipped path reports is taken apa
 :func:`rscale.core.interval.metric_intervals` joins: the point v, the edge models v_U and v_C,
 the back-test band (e_lo, e_hi) at the cell's factor f = N / S, the replicate half-width t sd and
 the gallery term z g (half = their quadrature sum), with the truth, the shipped interval and
-whether it covers. ``check`` is the largest |difference| between the interval rebuilt here from
+whether it covers (the rows in ``benchmarks/interval_components_rows/`` were read before the
+quadrature round, when the shipped interval joined the two reaches past U by their maximum). ``check`` is the largest |difference| between the interval rebuilt here from
 the parts and the shipped one (0 up to rounding). Rows go to ``--out`` (one JSON file per set).
 
 Only seen sets: the accuracy table's sets (it never holds a held-out one). No fit is made; a cell
@@ -56,8 +57,9 @@ def components(hardness: Path, n: float, mode: str | None) -> dict:
     e_lo, e_hi = (np.nan, np.nan) if bt is None else (bt.low, bt.high)
     half = float(np.hypot(t_half, g_half))
     b_lo, b_hi = np.nan_to_num(e_lo), np.nan_to_num(e_hi)
-    rebuilt_lo = min(v_u - max(b_hi, 0.0), v_c, v) - half
-    rebuilt_hi = max(v_u - min(b_lo, 0.0), v_c, v) + half
+    # the shipped join (docs/benchmarks.md, "The two reaches past model U, joined in quadrature")
+    rebuilt_lo = min(v_u - float(np.hypot(max(b_hi, 0.0), max(v_u - v_c, 0.0))), v) - half
+    rebuilt_hi = max(v_u + float(np.hypot(max(-b_lo, 0.0), max(v_c - v_u, 0.0))), v) + half
     check = max(abs(max(rebuilt_lo, 0.0) - lo), abs(min(rebuilt_hi, 1.0) - hi))
     return {"s": float(np.max(est.n_sampled)), "factor": float(n) / float(np.max(est.n_sampled)), "value": v,
             "v_u": v_u, "v_c": v_c, "band": [float(e_lo), float(e_hi)],

@@ -17,7 +17,7 @@ and width against the truth.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/interval_quadrature.py --set fresh [--fractions 0.01,0.02,0.05,0.1]
      [--held-out] [--cache /work/cache/acc] [--json rows.json]
-     (--held-out: cov7 and realset7, measured once by the round that wrote this rule down)
+     (cov7 and realset7 were measured once with --held-out, 2026-12-07; seen since)
 """
 
 from __future__ import annotations
@@ -34,23 +34,13 @@ from edge_average import check_seen_or_reserved  # noqa: E402
 from interval_components import components  # noqa: E402
 
 METHOD = "evt-eb"
-# measured once, with --held-out, by the round that wrote its rule and decision down first
-HELD_OUT_SETS: tuple = ("cov7", "realset7")
-HELD_OUT_REAL = ("realset7",)
+# cov7 and realset7 were measured once, with --held-out, by the round that wrote this rule down
+# (docs/benchmarks.md, 2026-12-07); seen since (edge_transfer.SEEN_*), so none is reserved now
+HELD_OUT_SETS: tuple = ()
 
 
 def check_set(which: str, held_out: bool) -> None:
     check_seen_or_reserved(which, held_out, HELD_OUT_SETS)
-
-
-def draws_of(name: str, fractions) -> list:
-    """This round's held-out sets' draws (a real set's committed draws; a simulator set's draw 0 of
-    every scenario, as for the earlier held-out sets), else what the other per-cell scripts use."""
-    if name in HELD_OUT_REAL:
-        return T.real_draws(name, fractions, None)
-    if name in HELD_OUT_SETS:
-        return edge_average.held_out_sim_draws(name, fractions)
-    return edge_average.draws_of(name, fractions)
 
 
 def reaches(u: float, c: float, band) -> tuple[float, float, float, float]:
@@ -109,7 +99,7 @@ def main(argv=None):
     if "--fractions" not in argv:
         argv += ["--fractions", "0.01,0.02,0.05,0.1"]
     edge_average.run_cells(
-        argv, draws=draws_of, description=__doc__.split("\n")[0], check=check_set, cell_of=cell,
+        argv, description=__doc__.split("\n")[0], check=check_set, cell_of=cell,
         header="| set | cell | S/N | truth | v | U | C | band | half | max: covered, width | rss: covered, width | check |",
         line=lambda r: (f"| {r['set']} | {r['cell']} | {r['fraction']:g} | {r['truth']:.4f} | "
                         f"{r['value'] - r['truth']:+.4f} | {r['v_u'] - r['truth']:+.4f} | {r['v_c'] - r['truth']:+.4f} | "

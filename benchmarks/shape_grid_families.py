@@ -67,7 +67,7 @@ def cell(cache: Path, which: str, off: int, name: str, family: str, hl, nq: int,
         return pickle.load(fh)
 
 
-REAL_SETS = ("realset", "realset2", "realset3", "realset4", "realset5", "realset6")
+REAL_SETS = ("realset", "realset2", "realset3", "realset4", "realset5", "realset6", "realset7")
 REAL_VARIANTS = (("evt", {}, "plugin"), ("evt-eb", {}, "expected"), ("evt-eb", {"xi_max": 0.0}, "expected"),
                  ("evt-eb", {"xi_max": 0.5}, "expected"))
 

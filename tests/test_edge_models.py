@@ -262,10 +262,11 @@ def test_a_file_with_a_factor_on_a_counted_positive_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["benchmark", "population"])
-def test_the_back_test_band_moves_model_u_only(kind):
-    """The band is U's error (its shares are model-U estimates): the interval joins U's interval
-    moved by the band with C's plain one, so U's optimism is not taken off C a second time; with
-    no band, or a band reaching away from C, it is the union of the two models' intervals."""
+def test_the_bands_reach_and_the_distance_to_c_join_in_quadrature_past_u(kind):
+    """The band is U's error (its shares are model-U estimates) and C - U the edge correction's:
+    past U on each side the interval reaches sqrt(a^2 + b^2), a the band's reach and b the distance
+    to C on that side; with one of them 0 on a side (no band, a band reaching away from C) it is
+    the other, so no band gives the union of the two models' intervals."""
     from rscale.core.interval import metric_intervals
     rng = np.random.default_rng(5)
     point = rng.uniform(0.3, 0.5, (1, 400))
@@ -276,22 +277,27 @@ def test_the_back_test_band_moves_model_u_only(kind):
     kw = dict(ci_kind=kind, bootstrap=300)
     _, lo0, hi0 = metric_intervals(point, reps, **kw)  # around v, no band, no models: v -+ the half-widths
     below, above = v - lo0[0], hi0[0] - v
+    _, lo, hi = metric_intervals(point, reps, models=np.array([[u, c]]), **kw)
+    assert (lo[0], hi[0]) == pytest.approx((c - below, u + above), abs=1e-12)       # no band: the union
     _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.02]]), models=np.array([[u, c]]), **kw)
-    assert lo[0] == pytest.approx(min(u - 0.02, c) - below, abs=1e-12)     # C - half: not C - 0.02 - half
-    assert hi[0] == pytest.approx(max(u, c) + above, abs=1e-12)
+    assert lo[0] == pytest.approx(u - np.hypot(0.02, 0.03) - below, abs=1e-12)     # both reach down
+    assert u - 0.03 - 0.02 < u - np.hypot(0.02, 0.03) < u - 0.03                   # between sum and max
+    assert hi[0] == pytest.approx(u + above, abs=1e-12)
     _, lo, hi = metric_intervals(point, reps, backtest=np.array([[-0.02, -0.01]]), models=np.array([[u, c]]), **kw)
-    assert lo[0] == pytest.approx(c - below, abs=1e-12)                      # away from C: the union
+    assert lo[0] == pytest.approx(c - below, abs=1e-12)                             # one reach a side
     assert hi[0] == pytest.approx(u + 0.02 + above, abs=1e-12)
     _, lo, hi = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), models=np.array([[u, c]]), **kw)
-    assert lo[0] == pytest.approx(u - 0.05 - below, abs=1e-12)              # U's band reaches past C
+    assert lo[0] == pytest.approx(u - np.hypot(0.05, 0.03) - below, abs=1e-12)
+    _, lo1, hi1 = metric_intervals(point, reps, backtest=np.array([[0.01, 0.05]]), **kw)   # one model
+    assert (lo1[0], hi1[0]) == pytest.approx((v - 0.05 - below, v + above), abs=1e-12)
 
 
 @pytest.mark.parametrize("side", ["a", "b", "both"])
 @pytest.mark.parametrize("band", [(0.01, 0.03), (-0.03, -0.01)])
 def test_a_paired_difference_moves_its_u_models_difference_by_the_band(monkeypatch, side, band):
     """A - B with a back-test band (the difference of the two sides' model-U share errors) and edge
-    models on one side or both: the band moves U_A - U_B, and C_A - C_B keeps its plain interval;
-    a side without edge models is its own U and C. A sign error in the models' difference (A's
+    models on one side or both: past U_A - U_B the band's reach and the distance to C_A - C_B
+    join in quadrature; a side without edge models is its own U and C. A sign error in the models' difference (A's
     against B's) moves the wrong end."""
     from rscale.core import backtest as bt_mod
     from rscale.core.interval import difference_intervals
@@ -324,8 +330,9 @@ def test_a_paired_difference_moves_its_u_models_difference_by_the_band(monkeypat
     assert half > 0
     pa, pb, lo, hi = with_band(a, b, band)
     assert pa.mean() - pb.mean() == pytest.approx((u_d + c_d) / 2, abs=1e-12)
-    assert lo == pytest.approx(min(u_d - max(e_hi, 0.0), c_d) - half, abs=1e-12)
-    assert hi == pytest.approx(max(u_d - min(e_lo, 0.0), c_d) + half, abs=1e-12)
+    v_d = pa.mean() - pb.mean()
+    assert lo == pytest.approx(min(u_d - np.hypot(max(e_hi, 0.0), max(u_d - c_d, 0.0)), v_d) - half, abs=1e-12)
+    assert hi == pytest.approx(max(u_d + np.hypot(max(-e_lo, 0.0), max(c_d - u_d, 0.0)), v_d) + half, abs=1e-12)
 
 
 def _band_error(low, high):
@@ -338,7 +345,7 @@ def _band_error(low, high):
 def test_every_commands_point_is_placed_by_its_cells_back_test_band(monkeypatch, kind, reach):
     """predicted_intervals (query, predict, curve, report) answers (1 - w) U + w C per query, w from
     the cell's own band (its centre ``reach`` times C - U away from U, taken as U's error), inside
-    the interval, which is U-band's hull of U moved by the band and C."""
+    the interval, which reaches past U by the band's reach and the distance to C joined in quadrature."""
     from rscale.core import backtest as bt_mod
     from rscale.core.interval import metric_intervals, predicted_intervals
     from rscale.core.prediction import edge_models_per_query, gallery_sd, replicate_per_query

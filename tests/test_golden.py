@@ -162,8 +162,8 @@ def test_hardness_v5_carries_the_edge_factor_and_places_its_point_between_the_tw
     """Version 5: the second edge model's factor and what made it (rscale.edge); without a band the
     prediction is the mean of the model without it and the model with every draw times it; with the
     file's back-test, the point its band places between them (here C: the band's centre says U is
-    off by more than C - U) and the benchmark interval the one without the factor (the back-test
-    band is its error) joined with the other model's plain interval. Versions 1-4 carry one model."""
+    off by more than C - U) and the benchmark interval past model U (the back-test band is its
+    error) by the band's reach and the distance to C joined in quadrature. Versions 1-4 carry one model."""
     from dataclasses import replace
 
     from rscale.core.interval import predicted_intervals
@@ -193,6 +193,9 @@ def test_hardness_v5_carries_the_edge_factor_and_places_its_point_between_the_tw
         assert lo <= pq.mean() <= hi
         assert hi_0 < 1.0
         half = hi_0 - u.mean()                                            # the replicate and gallery half-width
-        # U's interval (with the back-test band, U's error) joined with C's plain one, C +- half
-        assert lo == pytest.approx(max(0.0, min(lo_u, c.mean() - half)), abs=1e-12)
-        assert hi == pytest.approx(min(1.0, max(hi_u, c.mean() + half)), abs=1e-12)
+        # past U: the band's reach (U's error) and the distance to C, joined in quadrature
+        um, cm = float(u.mean()), float(c.mean())
+        down, up = np.hypot(max(err.high, 0.0), max(um - cm, 0.0)), np.hypot(max(-err.low, 0.0), max(cm - um, 0.0))
+        assert lo == pytest.approx(max(0.0, min(um - down, pq.mean()) - half), abs=1e-12)
+        assert hi == pytest.approx(min(1.0, max(um + up, pq.mean()) + half), abs=1e-12)
+        assert lo <= lo_u + 1e-12 and hi >= hi_u - 1e-12                  # never narrower than U's own

@@ -32,15 +32,21 @@ band of one value e (``backtest`` of shape (C,)) is the earlier union of v and v
 
 An estimate with two models of the hardness past the sample's edge (:mod:`rscale.core.edge_models`)
 predicts a v between v_U and v_C, placed by the cell's back-test band
-(:func:`rscale.core.prediction.edge_weight`; ``models``: (v_U, v_C)), and its interval joins the
-one around each model. The replicates and the back-test's shares are model U's estimates, so the
-back-test band is U's error and moves U only; C, which is U with the error past the edge taken
-out, keeps its plain interval: lo = min(v_U - max(e_hi, 0), v_C, v) - half,
-hi = max(v_U - min(e_lo, 0), v_C, v) + half (v lies between the models, so it adds nothing
-there; it keeps a paired difference's point inside its interval). (Until 2026-12-07 the band moved
-both models, which took U's measured optimism off C a second time; this is never wider than that,
-up to rounding, and was measured on the held-out `cov5` and `realset5`, docs/benchmarks.md "The
-back-test belongs to model U".) For ``population`` the query bootstrap resamples the per-query
+(:func:`rscale.core.prediction.edge_weight`; ``models``: (v_U, v_C)). The replicates and the
+back-test's shares are model U's estimates, so the interval reaches past U on each side by two
+measured amounts: the band's (U's own error at the cell's factor), a_up = max(-e_lo, 0) and
+a_down = max(e_hi, 0), and the edge correction's (the distance to C on that side),
+b_up = max(v_C - v_U, 0) and b_down = max(v_U - v_C, 0). They are joined as independent error
+terms, as the replicate and gallery terms are: lo = min(v_U - sqrt(a_down^2 + b_down^2), v) - half,
+hi = max(v_U + sqrt(a_up^2 + b_up^2), v) + half (v lies between the models, so it adds nothing
+there; it keeps a paired difference's point inside its interval). Where only one reach points to a
+side (one model, or a band and a C on different sides) that reach is the interval's, as before.
+History, each measured once on held-out sets (docs/benchmarks.md): until 2026-12-07 the band moved
+both models (the reaches added in full); then it moved U only (their maximum, "The back-test belongs
+to model U", `cov5`, `realset5`), which the regenerated accuracy table found short on scale-mixture
+and student cells where both reaches point the same way and the truth lies beyond both; the
+root-sum-square since ("The two reaches past model U, joined in quadrature", `cov7`, `realset7`)
+is never narrower than the maximum and never wider than the sum. For ``population`` the query bootstrap resamples the per-query
 values of the point around those ends, close to, not exactly, the two models' own population
 intervals joined. A paired difference pairs the models (A's U with B's U, C with C): its models
 are (v_U,A - v_U,B, v_C,A - v_C,B), a side with one model being its own U and C, and its point
@@ -122,8 +128,8 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     replicates do not carry (the reranked metric's outranking noise,
     :func:`rscale.core.rerank_replicates.gallery_sd`); computed, not estimated from pairs, so it
     adds as z * gallery_sd in quadrature to the replicate half-width t * sd. ``models`` (C, 2): the
-    two edge models' values (v_U, v_C) of each cell (module docstring): the back-test band moves
-    model U, and the interval joins C's and the point's."""
+    two edge models' values (v_U, v_C) of each cell (module docstring): the interval reaches past
+    v_U by the band's reach and the distance to v_C joined in quadrature, and holds the point."""
     from rscale.core.uncertainty import percentile_ci, query_bootstrap
 
     check_ci_kind(ci_kind)
@@ -152,9 +158,9 @@ def metric_intervals(point, replicates=None, *, ci_kind: str = "benchmark", leve
     else:
         pair = np.asarray(models, dtype=np.float64).reshape(-1, 2)
         v_u, v_c = pair[:, 0], pair[:, 1]
-    # min(v_U, v_U - e_hi, v_C, v) and max(v_U, v_U - e_lo, v_C, v)
-    low_end = np.minimum(np.minimum(v_u - np.maximum(band[:, 1], 0.0), v_c), value)
-    high_end = np.maximum(np.maximum(v_u - np.minimum(band[:, 0], 0.0), v_c), value)
+    # past v_U on each side: the band's reach and the distance to v_C, joined in quadrature; and v
+    low_end = np.minimum(v_u - np.hypot(np.maximum(band[:, 1], 0.0), np.maximum(v_u - v_c, 0.0)), value)
+    high_end = np.maximum(v_u + np.hypot(np.maximum(-band[:, 0], 0.0), np.maximum(v_c - v_u, 0.0)), value)
     if ci_kind == "benchmark":
         lo, hi = low_end - half, high_end + half
     else:
