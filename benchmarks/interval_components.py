@@ -8,8 +8,9 @@ the hardness file is read and the interval the shipped path reports is taken apa
 the back-test band (e_lo, e_hi) at the cell's factor f = N / S, the replicate half-width t sd and
 the gallery term z g (half = their quadrature sum), with the truth, the shipped interval and
 whether it covers (the rows in ``benchmarks/interval_components_rows/`` were read before the
-quadrature round, when the shipped interval joined the two reaches past U by their maximum). ``check`` is the largest |difference| between the interval rebuilt here from
-the parts and the shipped one (0 up to rounding). Rows go to ``--out`` (one JSON file per set).
+quadrature round, when the shipped interval joined the two reaches past U by their maximum).
+``check`` is the largest |difference| between the interval rebuilt here from the parts and the
+shipped one (0 up to rounding). Rows go to ``--out`` (one JSON file per set).
 
 Only seen sets: the accuracy table's sets (it never holds a held-out one). No fit is made; a cell
 whose fit is not cached is listed as skipped.

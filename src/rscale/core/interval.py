@@ -48,9 +48,10 @@ and student cells where both reaches point the same way and the truth lies beyon
 root-sum-square since ("The two reaches past model U, joined in quadrature", `cov7`, `realset7`)
 is never narrower than the maximum and never wider than the sum. For ``population`` the query
 bootstrap resamples the per-query values of the point around those ends, close to, not exactly,
-the two models' own population intervals joined. A paired difference pairs the models (A's U with B's U, C with C): its models
-are (v_U,A - v_U,B, v_C,A - v_C,B), a side with one model being its own U and C, and its point
-each side's own point (each placed by its own band) minus the other's.
+the two models' own population intervals joined. A paired difference pairs the models (A's U
+with B's U, C with C): its models are (v_U,A - v_U,B, v_C,A - v_C,B), a side with one model being
+its own U and C, and its point each side's own point (each placed by its own band) minus the
+other's.
 
 Bounds are clipped to [0, 1] (every metric rscale predicts lies there; a difference of two, to
 [-1, 1]). A hardness without
