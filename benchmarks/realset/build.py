@@ -149,6 +149,7 @@ def main(argv=None, benchmark=BENCHMARK, not_query_stems=frozenset(), query_from
         "format": "rscale-realset", "version": 1, "benchmark": benchmark, "backbone": BACKBONE,
         "packages": embed_meta[0]["versions"], "weights_sha256": embed_meta[0]["weights"],
         "resolution": embed_meta[0]["resolution"],
+        **({"renderer": embed_meta[0]["renderer"]} if "renderer" in embed_meta[0] else {}),
         "corpus": {"files": int(len(files)), "unreadable": int((files["error"] != "").sum()),
                    "content_digests": int(files.loc[files["error"] == "", "digest"].nunique())},
         "queries": len(queries), "positives": len(qrels), "pool": len(pool),

@@ -9,6 +9,11 @@ new content digest once with torchvision's ImageNet MobileNetV2 (the project's d
 Preprocessing: composite the RGBA image over white, pad it to a square with white (centred), then
 ``rscale.producers.extract.to_pixels`` (bicubic resize to RESOLUTION, ImageNet mean/std).
 
+An SVG corpus (``suffix=".svg"``, docs/realset8.md) is rasterised first: each file by librsvg's
+``rsvg-convert`` at the pixel size its folder names (``48x48`` or ``48``: 48 px; ``24@2x``: 48 px),
+aspect ratio kept, into RGBA; a file whose folders name no size (``symbolic``, ``scalable``) is
+not listed. Everything after the decode is the same.
+
 Run (part i of n, one torch thread each; see docs/realset.md):
   PYTHONPATH=src .venv/bin/python benchmarks/realset/embed.py --work /tmp/realset --part 0 --parts 2
 Writes WORK/embed-part{i}.npz (digests, vectors) and WORK/files-part{i}.parquet (one row per file).
@@ -18,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,13 +41,28 @@ RESOLUTION = 96
 BATCH = 64
 
 
-def list_files(packages=PACKAGES) -> list[tuple[str, str, str]]:
-    """(package, listed path, real path) of every PNG, each real file once, sorted by listed path."""
+_SIZE_FOLDER = re.compile(r"^(\d+)(?:x\d+)?(?:@(\d+)x?)?$")     # 48, 48x48, 24@2x, 24x24@2x
+
+
+def folder_size(path: str) -> int | None:
+    """The pixel size the first size-naming folder of ``path`` gives (``24@2x``: 48), else None."""
+    for part in Path(path).parts[:-1]:
+        m = _SIZE_FOLDER.match(part)
+        if m:
+            return int(m.group(1)) * int(m.group(2) or 1)
+    return None
+
+
+def list_files(packages=PACKAGES, suffix: str = ".png") -> list[tuple[str, str, str]]:
+    """(package, listed path, real path) of every ``suffix`` file, each real file once, sorted by
+    listed path; an SVG only where its real path's folders name a size (:func:`folder_size`)."""
     seen, rows = set(), []
     for p in packages:
         listed = subprocess.run(["dpkg", "-L", p], capture_output=True, text=True, check=True).stdout.split("\n")
-        for f in sorted(x for x in listed if x.endswith(".png")):
+        for f in sorted(x for x in listed if x.endswith(suffix)):
             if not os.path.isfile(f):
+                continue
+            if suffix == ".svg" and folder_size(os.path.realpath(f)) is None:
                 continue
             real = os.path.realpath(f)
             if real in seen:
@@ -50,10 +73,25 @@ def list_files(packages=PACKAGES) -> list[tuple[str, str, str]]:
 
 
 def load_rgba(path):
+    """The decoded RGBA image of a raster file, or of an SVG rasterised at its folder's size."""
     from PIL import Image
-    im = Image.open(path)
+    if str(path).endswith(".svg"):
+        size = str(folder_size(path))
+        png = subprocess.run(["rsvg-convert", "-w", size, "-h", size, "-a", "-f", "png", str(path)],
+                             capture_output=True, check=True).stdout
+        im = Image.open(io.BytesIO(png))
+    else:
+        im = Image.open(path)
     im.load()
     return im.convert("RGBA")
+
+
+def renderer_version() -> str:
+    """``rsvg-convert --version`` (an SVG corpus' renderer, recorded with the embedding)."""
+    try:
+        return subprocess.run(["rsvg-convert", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit("rsvg-convert is not installed: apt-get install librsvg2-bin (see docs/realset8.md)")
 
 
 def content_digest(im) -> str:
@@ -70,9 +108,10 @@ def on_white_square(im):
     return canvas.convert("RGB")
 
 
-def main(argv=None, packages=PACKAGES, doc="docs/realset.md"):
+def main(argv=None, packages=PACKAGES, doc="docs/realset.md", suffix=".png"):
     """Embed part --part of --parts of ``packages``' PNG files (another icon set passes its own
-    packages and design document: benchmarks/realset6/build.py)."""
+    packages and design document: benchmarks/realset6/build.py; ``suffix`` ".svg": their SVG
+    files, rasterised, docs/realset8.md)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     ap.add_argument("--part", type=int, default=0)
@@ -90,7 +129,8 @@ def main(argv=None, packages=PACKAGES, doc="docs/realset.md"):
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     versions = package_versions(packages, doc)
-    files = list_files(packages)[a.part::a.parts]
+    renderer = renderer_version() if suffix == ".svg" else None
+    files = list_files(packages, suffix)[a.part::a.parts]
     if a.limit:
         files = files[:a.limit]
     conv = convert_mobilenet_v2(work / "mobilenet_v2")
@@ -131,7 +171,8 @@ def main(argv=None, packages=PACKAGES, doc="docs/realset.md"):
                       "width": pa.array(cols[3], pa.int32()), "height": pa.array(cols[4], pa.int32()),
                       "digest": list(cols[5]), "error": list(cols[6])})
     meta = {"versions": versions, "resolution": RESOLUTION, "seconds": secs, "unique": len(seen),
-            "files": len(files), "weights": conv.manifest["source"]["sha256"]}
+            "files": len(files), "weights": conv.manifest["source"]["sha256"],
+            **({"renderer": renderer} if renderer else {})}
     import json
     table = table.replace_schema_metadata({"realset.embed": json.dumps(meta, sort_keys=True)})
     pq.write_table(table, work / f"files-{tag}.parquet")
