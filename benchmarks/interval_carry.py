@@ -135,7 +135,7 @@ COV7_SEED = 650_000
 
 # Held out (--set cov8): written down on 2026-12-07, after cov7 was spent on the quadrature join
 # and before anything of the round after it was designed; nothing has been measured on it.
-# Reserved for that round's single measurement (with a new real set: realset7 is spent too), with
+# Reserved for that round's single measurement (with the new real set realset8, docs/realset8.md), with
 # the target and decision rule it writes down first. New laws, query counts and a new seed
 # offset; every family once.
 COV8 = [

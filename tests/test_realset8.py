@@ -1,0 +1,103 @@
+"""The held-out eighth real-embedding set (benchmarks/realset8, docs/realset8.md): its build is the
+icon build of realset on SVG files (rasterised by librsvg at the size their folder names), with
+its own packages, the earlier icon sets' query names excluded and queries taken from 1x folders;
+its committed data is whole and consistent. No estimator runs here: the set is held out for one
+measurement by a later round."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from benchmark_modules import load_benchmark
+from realset_checks import check_real_set_data
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "benchmarks" / "realset8" / "data"
+
+
+def _load():
+    return load_benchmark("realset8/build.py", "realset8_build")
+
+
+def test_the_build_is_the_icon_build_on_svg_files_with_this_sets_packages_and_rules(monkeypatch):
+    build = _load()
+    six = build.realset6_build()
+    embed, icons = six.icon_build("embed"), six.icon_build("build")
+    seen = {}
+    monkeypatch.setattr(six, "icon_build", lambda name: {"embed": embed, "build": icons}[name])
+    monkeypatch.setattr(build, "realset6_build", lambda: six)
+    monkeypatch.setattr(embed, "main", lambda argv, packages, doc, suffix:
+                        seen.update(embed=argv, packages=packages, doc=doc, suffix=suffix))
+    monkeypatch.setattr(icons, "main", lambda argv, benchmark, not_query_stems, query_from_scaled:
+                        seen.update(score=argv, benchmark=benchmark, stems=not_query_stems, scaled=query_from_scaled))
+    build.main(["embed", "--work", "/nonexistent"])
+    build.main(["score", "--work", "/nonexistent", "--out", "/nowhere"])
+    earlier = six.icon_query_stems("realset") | six.icon_query_stems("realset6") | six.icon_query_stems("realset7")
+    assert seen == {"embed": ["--work", "/nonexistent"], "packages": build.PACKAGES, "doc": "docs/realset8.md",
+                    "suffix": ".svg", "score": ["--work", "/nonexistent", "--out", "/nowhere"],
+                    "benchmark": "realset8-icons", "stems": earlier, "scaled": False}
+    others = set(embed.PACKAGES) | set(load_benchmark("realset6/build.py", "realset6_build_p").PACKAGES) \
+        | set(load_benchmark("realset7/build.py", "realset7_build_p").PACKAGES)
+    assert not set(build.PACKAGES) & others                                   # another corpus
+
+
+@pytest.mark.parametrize("path,size", [
+    ("/usr/share/icons/Papirus/48x48/apps/firefox.svg", 48),
+    ("/usr/share/icons/breeze/actions/22/edit-copy.svg", 22),
+    ("/usr/share/icons/Numix/24@2x/apps/mail.svg", 48),
+    ("/usr/share/icons/T/24x24@2x/apps/mail.svg", 48),
+    ("/usr/share/icons/T/16/apps/32/mail.svg", 16),                # the first size folder
+    ("/usr/share/icons/Papirus/symbolic/apps/mail-symbolic.svg", None),
+    ("/usr/share/icons/T/scalable/apps/mail.svg", None),
+    ("/usr/share/icons/T/apps/mail48.svg", None),                  # a file name is not a folder
+])
+def test_an_svg_is_rendered_at_the_size_its_folder_names(path, size):
+    assert _load().realset6_build().icon_build("embed").folder_size(path) == size
+
+
+def test_an_svg_is_rasterised_by_rsvg_convert_at_that_size_and_decoded_to_rgba(monkeypatch):
+    """load_rgba hands an SVG to rsvg-convert at its folder's size, aspect ratio kept, and decodes
+    the PNG it writes; a PNG is read as before, without the renderer."""
+    from PIL import Image
+    embed = _load().realset6_build().icon_build("embed")
+    calls = []
+
+    def fake_run(cmd, capture_output, check):
+        calls.append(cmd)
+        buf = io.BytesIO()
+        Image.new("RGBA", (int(cmd[2]), int(cmd[4])), (10, 20, 30, 128)).save(buf, "PNG")
+        return subprocess.CompletedProcess(cmd, 0, stdout=buf.getvalue())
+
+    monkeypatch.setattr(embed.subprocess, "run", fake_run)
+    im = embed.load_rgba("/usr/share/icons/Numix/24@2x/apps/mail.svg")
+    assert calls == [["rsvg-convert", "-w", "48", "-h", "48", "-a", "-f", "png",
+                      "/usr/share/icons/Numix/24@2x/apps/mail.svg"]]
+    assert im.mode == "RGBA" and im.size == (48, 48) and im.getpixel((3, 3)) == (10, 20, 30, 128)
+
+
+def test_a_png_is_decoded_without_the_renderer(tmp_path, monkeypatch):
+    from PIL import Image
+    embed = _load().realset6_build().icon_build("embed")
+    Image.new("RGB", (16, 16), (1, 2, 3)).save(tmp_path / "a.png")
+    monkeypatch.setattr(embed.subprocess, "run", lambda *a, **k: pytest.fail("a PNG needs no renderer"))
+    im = embed.load_rgba(tmp_path / "a.png")
+    assert im.mode == "RGBA" and np.asarray(im)[0, 0].tolist() == [1, 2, 3, 255]
+
+
+def test_the_committed_set_is_whole_and_consistent():
+    build = _load()
+    man = json.loads((DATA / "manifest.json").read_text())
+    assert man["benchmark"] == build.BENCHMARK and sorted(man["packages"]) == sorted(build.PACKAGES)
+    assert man["renderer"] == "rsvg-convert version 2.54.7"
+    assert (man["queries"], man["positives"], man["pool"]) == (500, 2314, 72512)
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 50e6
+    check_real_set_data(DATA, man, n_brute=100)
+    qids = set(pq.read_table(DATA / "qrels.parquet")["query_id"].to_pylist())
+    assert len(qids) == 500 and not {q.rsplit("/", 1)[1] for q in qids} & build.excluded_query_stems()
