@@ -177,25 +177,3 @@ def test_metrics_read_the_table_for_large_inputs(metric, k, layout, monkeypatch)
     want = law.per_query(h, metric, 1e7, k, "expected")
     assert np.abs(got - want).max() < 5e-12
     assert not np.array_equal(got, want)           # the table was read: not the summed bits
-
-
-@pytest.mark.parametrize("layout", ["stack and a row", "flat and its own rows", "a scalar row"])
-def test_evaluating_in_blocks_gives_the_bits_of_one_pass(layout, monkeypatch):
-    """evaluate works through its input in blocks of BLOCK elements (for cache locality): the same
-    bits as _evaluate over the whole input in one pass, for every layout the law passes, with a
-    last block that is partial."""
-    n, cut = 10 ** 8, 1000
-    coef = law._window_table(n, cut, True)
-    rng = np.random.default_rng(11)
-    x, j = _inputs(rng, n, cut, 16 * 701, 32)
-    row = (j - 1).astype(np.int64)
-    if layout == "stack and a row":
-        x, row = x.reshape(16, 701), row[:701]
-    elif layout == "a scalar row":
-        row = 5
-    whole = window_table._evaluate(coef, n, x, row)
-    monkeypatch.setattr(window_table, "BLOCK", 1000)           # 11,216 elements: 12 blocks, the last partial
-    got = window_table.evaluate(coef, n, x, row)
-    assert got.shape == whole.shape == x.shape
-    np.testing.assert_array_equal(got, whole)
-    assert np.count_nonzero(whole) > 1000 and np.count_nonzero(whole == 0) > 10       # every regime present

@@ -69,30 +69,10 @@ def coefficients(values: np.ndarray) -> np.ndarray:
     return out
 
 
-# Elements evaluated per block: each of evaluate's ~20 array passes then stays in cache rather
-# than streaming the whole input from memory (1.6x on a 16 x 60k stack, docs/benchmarks.md).
-BLOCK = 1 << 16
-
-
 def evaluate(coef: np.ndarray, n: int, x: np.ndarray, row) -> np.ndarray:
     """g_{row + 1}(x) at ``n`` from :func:`coefficients` ``coef``; ``row`` (0-based) broadcasts
     against ``x`` (a whole-number array or an int). g is a sum of nonnegative terms: a value the
-    interpolant puts below 0 (~1e-26, near the reach) is returned as 0. Elementwise, in blocks of
-    :data:`BLOCK` elements (the same bits as one pass)."""
-    x = np.asarray(x, dtype=np.float64)
-    shape = np.broadcast_shapes(x.shape, np.shape(row))
-    if math.prod(shape) <= BLOCK:
-        return _evaluate(coef, n, x, row)
-    xf = np.broadcast_to(x, shape).reshape(-1)
-    rf = row if np.ndim(row) == 0 else np.broadcast_to(np.asarray(row, dtype=np.int64), shape).reshape(-1)
-    out = np.empty(xf.size)
-    for a in range(0, xf.size, BLOCK):
-        out[a:a + BLOCK] = _evaluate(coef, n, xf[a:a + BLOCK], rf if np.ndim(rf) == 0 else rf[a:a + BLOCK])
-    return out.reshape(shape)
-
-
-def _evaluate(coef: np.ndarray, n: int, x: np.ndarray, row) -> np.ndarray:
-    """:func:`evaluate` in one pass."""
+    interpolant puts below 0 (~1e-26, near the reach) is returned as 0."""
     n_int = coef.shape[2] - 1
     s = np.sqrt(np.asarray(x, dtype=np.float64) * float(n))
     s /= STEP
