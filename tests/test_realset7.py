@@ -29,13 +29,14 @@ def test_the_build_is_the_icon_build_with_this_sets_packages_and_rules(monkeypat
     seen = {}
     monkeypatch.setattr(six, "icon_build", lambda name: {"embed": embed, "build": icons}[name])
     monkeypatch.setattr(build, "realset6_build", lambda: six)
-    monkeypatch.setattr(embed, "main", lambda argv, packages, doc: seen.update(embed=argv, packages=packages, doc=doc))
+    monkeypatch.setattr(embed, "main", lambda argv, packages, doc, suffix:
+                        seen.update(embed=argv, packages=packages, doc=doc, suffix=suffix))
     monkeypatch.setattr(icons, "main", lambda argv, benchmark, not_query_stems, query_from_scaled:
                         seen.update(score=argv, benchmark=benchmark, stems=not_query_stems, scaled=query_from_scaled))
     build.main(["embed", "--work", "/nonexistent"])
     build.main(["score", "--work", "/nonexistent", "--out", "/nowhere"])
     assert seen == {"embed": ["--work", "/nonexistent"], "packages": build.PACKAGES, "doc": "docs/realset7.md",
-                    "score": ["--work", "/nonexistent", "--out", "/nowhere"], "benchmark": "realset7-icons",
+                    "suffix": ".png", "score": ["--work", "/nonexistent", "--out", "/nowhere"], "benchmark": "realset7-icons",
                     "stems": six.icon_query_stems("realset") | six.icon_query_stems("realset6"), "scaled": False}
     six_packages = load_benchmark("realset6/build.py", "realset6_build_packages").PACKAGES
     assert not set(build.PACKAGES) & (set(embed.PACKAGES) | set(six_packages))     # another corpus

@@ -43,13 +43,28 @@ def icon_query_stems(name: str = "realset", root: Path = HERE.parent) -> frozens
     return frozenset(q.rsplit("/", 1)[1] for q in qids)
 
 
-def main(argv=None):
+def query_stems_of(names, root: Path = HERE.parent) -> frozenset[str]:
+    """The icon file stems of the queries of every icon set in ``names``."""
+    return frozenset().union(*(icon_query_stems(name, root) for name in names))
+
+
+def icon_set_main(argv, *, packages, doc: str, benchmark: str, not_query_stems=frozenset(),
+                  query_from_scaled: bool = True, suffix: str = ".png"):
+    """The command line of an icon set's build (``embed`` or ``score``) on the icon build of
+    docs/realset.md: this set's ``packages`` (their ``suffix`` files) and design ``doc``, its
+    ``benchmark`` name, the query stems it excludes and where its queries may come from."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("embed", "score"):
         sys.exit("usage: build.py embed --work DIR [--part I --parts N] | score --work DIR --out DIR")
     if argv[0] == "embed":
-        return icon_build("embed").main(argv[1:], packages=PACKAGES, doc="docs/realset6.md")
-    return icon_build("build").main(argv[1:], benchmark=BENCHMARK, not_query_stems=icon_query_stems())
+        return icon_build("embed").main(argv[1:], packages=packages, doc=doc, suffix=suffix)
+    return icon_build("build").main(argv[1:], benchmark=benchmark, not_query_stems=not_query_stems,
+                                    query_from_scaled=query_from_scaled)
+
+
+def main(argv=None):
+    return icon_set_main(argv, packages=PACKAGES, doc="docs/realset6.md", benchmark=BENCHMARK,
+                         not_query_stems=icon_query_stems())
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Run (docs/realset8.md, "Rebuilding"):
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,19 +35,12 @@ def realset6_build():
 
 def excluded_query_stems() -> frozenset[str]:
     """The file stems of every earlier icon set's queries."""
-    six = realset6_build()
-    return frozenset().union(*(six.icon_query_stems(name) for name in EARLIER_ICON_SETS))
+    return realset6_build().query_stems_of(EARLIER_ICON_SETS)
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("embed", "score"):
-        sys.exit("usage: build.py embed --work DIR [--part I --parts N] | score --work DIR --out DIR")
-    icon_build = realset6_build().icon_build
-    if argv[0] == "embed":
-        return icon_build("embed").main(argv[1:], packages=PACKAGES, doc="docs/realset8.md", suffix=".svg")
-    return icon_build("build").main(argv[1:], benchmark=BENCHMARK, not_query_stems=excluded_query_stems(),
-                                    query_from_scaled=False)
+    return realset6_build().icon_set_main(argv, packages=PACKAGES, doc="docs/realset8.md", benchmark=BENCHMARK,
+                                          not_query_stems=excluded_query_stems(), query_from_scaled=False, suffix=".svg")
 
 
 if __name__ == "__main__":
