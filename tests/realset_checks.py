@@ -83,3 +83,27 @@ def check_no_query_codepoint_in_pool(data):
     cps = {int(q.split(":")[1][2:], 16) for q in queries}
     pool = pq.read_table(data / "pool_ids.parquet").column("codepoint").to_numpy()
     assert len(cps) == len(set(queries)) and not np.isin(pool, list(cps)).any()
+
+
+ICON_EMBED_ARGV = ["embed", "--work", "/nonexistent", "--part", "1", "--parts", "2"]
+ICON_SCORE_ARGV = ["score", "--work", "/nonexistent", "--out", "/nowhere"]
+
+
+def icon_build_calls(build, monkeypatch):
+    """What an icon set's build (``benchmarks/realset{6,7,8}/build.py``, loaded) hands the icon
+    build of docs/realset.md for ``embed`` (:data:`ICON_EMBED_ARGV`) and ``score``
+    (:data:`ICON_SCORE_ARGV`), both stages replaced by recorders: (the recorded arguments, the
+    loaded realset/embed.py, whose PACKAGES are realset's own corpus)."""
+    six = build.realset6_build() if hasattr(build, "realset6_build") else build
+    embed, icons = six.icon_build("embed"), six.icon_build("build")
+    seen = {}
+    monkeypatch.setattr(six, "icon_build", lambda name: {"embed": embed, "build": icons}[name])
+    if six is not build:
+        monkeypatch.setattr(build, "realset6_build", lambda: six)
+    monkeypatch.setattr(embed, "main", lambda argv, packages, doc, suffix:
+                        seen.update(embed=argv, packages=packages, doc=doc, suffix=suffix))
+    monkeypatch.setattr(icons, "main", lambda argv, benchmark, not_query_stems, query_from_scaled:
+                        seen.update(score=argv, benchmark=benchmark, stems=not_query_stems, scaled=query_from_scaled))
+    build.main(list(ICON_EMBED_ARGV))
+    build.main(list(ICON_SCORE_ARGV))
+    return seen, embed

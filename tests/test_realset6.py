@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from benchmark_modules import load_benchmark
-from realset_checks import check_real_set_data
+from realset_checks import ICON_EMBED_ARGV, ICON_SCORE_ARGV, check_real_set_data, icon_build_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "realset6" / "data"
@@ -24,19 +24,10 @@ def _load():
 
 def test_the_build_is_the_icon_build_with_this_sets_packages_and_excluded_query_names(monkeypatch):
     build = _load()
-    embed, icons = build.icon_build("embed"), build.icon_build("build")
-    seen = {}
-    monkeypatch.setattr(build, "icon_build", lambda name: {"embed": embed, "build": icons}[name])
-    monkeypatch.setattr(embed, "main", lambda argv, packages, doc, suffix:
-                        seen.update(embed=argv, packages=packages, doc=doc, suffix=suffix))
-    monkeypatch.setattr(icons, "main", lambda argv, benchmark, not_query_stems, query_from_scaled:
-                        seen.update(score=argv, benchmark=benchmark, not_query_stems=not_query_stems,
-                                    scaled=query_from_scaled))
-    build.main(["embed", "--work", "/nonexistent", "--part", "1", "--parts", "2"])
-    build.main(["score", "--work", "/nonexistent", "--out", "/nowhere"])
-    assert seen == {"embed": ["--work", "/nonexistent", "--part", "1", "--parts", "2"], "packages": build.PACKAGES,
-                    "doc": "docs/realset6.md", "suffix": ".png", "score": ["--work", "/nonexistent", "--out", "/nowhere"],
-                    "benchmark": "realset6-icons", "not_query_stems": build.icon_query_stems(), "scaled": True}
+    seen, embed = icon_build_calls(build, monkeypatch)
+    assert seen == {"embed": ICON_EMBED_ARGV[1:], "packages": build.PACKAGES, "doc": "docs/realset6.md",
+                    "suffix": ".png", "score": ICON_SCORE_ARGV[1:], "benchmark": "realset6-icons",
+                    "stems": build.icon_query_stems(), "scaled": True}
     assert not set(build.PACKAGES) & set(embed.PACKAGES)              # another corpus than realset's
 
 

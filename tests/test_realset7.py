@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from benchmark_modules import load_benchmark
-from realset_checks import check_real_set_data
+from realset_checks import ICON_EMBED_ARGV, ICON_SCORE_ARGV, check_real_set_data, icon_build_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "realset7" / "data"
@@ -24,19 +24,10 @@ def _load():
 
 def test_the_build_is_the_icon_build_with_this_sets_packages_and_rules(monkeypatch):
     build = _load()
+    seen, embed = icon_build_calls(build, monkeypatch)
     six = build.realset6_build()
-    embed, icons = six.icon_build("embed"), six.icon_build("build")
-    seen = {}
-    monkeypatch.setattr(six, "icon_build", lambda name: {"embed": embed, "build": icons}[name])
-    monkeypatch.setattr(build, "realset6_build", lambda: six)
-    monkeypatch.setattr(embed, "main", lambda argv, packages, doc, suffix:
-                        seen.update(embed=argv, packages=packages, doc=doc, suffix=suffix))
-    monkeypatch.setattr(icons, "main", lambda argv, benchmark, not_query_stems, query_from_scaled:
-                        seen.update(score=argv, benchmark=benchmark, stems=not_query_stems, scaled=query_from_scaled))
-    build.main(["embed", "--work", "/nonexistent"])
-    build.main(["score", "--work", "/nonexistent", "--out", "/nowhere"])
-    assert seen == {"embed": ["--work", "/nonexistent"], "packages": build.PACKAGES, "doc": "docs/realset7.md",
-                    "suffix": ".png", "score": ["--work", "/nonexistent", "--out", "/nowhere"], "benchmark": "realset7-icons",
+    assert seen == {"embed": ICON_EMBED_ARGV[1:], "packages": build.PACKAGES, "doc": "docs/realset7.md",
+                    "suffix": ".png", "score": ICON_SCORE_ARGV[1:], "benchmark": "realset7-icons",
                     "stems": six.icon_query_stems("realset") | six.icon_query_stems("realset6"), "scaled": False}
     six_packages = load_benchmark("realset6/build.py", "realset6_build_packages").PACKAGES
     assert not set(build.PACKAGES) & (set(embed.PACKAGES) | set(six_packages))     # another corpus
