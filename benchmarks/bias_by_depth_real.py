@@ -1,0 +1,103 @@
+"""Where the estimator's error on the real sets comes from, by how deep each positive sits
+relative to the sample: benchmarks/bias_by_depth.py's question asked of the seen real-embedding
+sets, whose committed truth holds every positive's full-pool count K (docs/benchmarks.md, "Where
+the real sets' error lives").
+
+A real set has no "true hardness", only the realised one: x = K / N with N the pool. Per cell (one
+draw of one fraction, the estimator fitted once, no replicates) the positives are split by depth
+x S = K S / N (the number of the draw's distractors expected above them) into the bands of
+bias_by_depth.py, and each band's estimated hardness (every posterior draw) is set to K / N in
+turn; the table gives how far the predicted mAP@1000 at N moves (what the band carries) and the
+band's median log10(estimate / (K / N)) over its positives with K > 0 (those with K = 0 have no
+finite ratio; their count is printed). As there, the bands interact through each query's AP. The
+error is printed against the law's value under x = K / N in the same mode (``law``: what the
+realised hardness predicts, which in expected mode spreads each count K into Binomial(N, K / N))
+and against the realised truth (``truth``, the manifest's mAP@1000).
+
+Seen sets only (edge_transfer.SEEN_REAL_SETS): a held-out set is refused.
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth_real.py [--sets realset,realset3]
+     [--fractions 0.01,0.05] [--draw 0] [--json rows.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bias_by_depth import BANDS, mean_metric  # noqa: E402
+from edge_transfer import SEEN_REAL_SETS  # noqa: E402
+
+
+def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb", mode: str = "expected",
+              root: Path = HERE) -> dict:
+    from rscale.core.estimators.methods import estimate
+    from rscale.store.sample_stats_file import read_sample_stats
+    data = root / name / "data"
+    man = json.loads((data / "manifest.json").read_text())
+    n = float(man["pool"])
+    truth = read_sample_stats(data / "truth.sample_stats.parquet")
+    ss = read_sample_stats(data / f"draw-{round(fraction * 100):02d}pct-{draw}.sample_stats.parquet")
+    if not np.array_equal(ss.pos_offsets, truth.pos_offsets):
+        raise SystemExit(f"{name}: the draw's positives are not the truth's")
+    t = time.perf_counter()
+    est = estimate(ss, method)
+    secs = time.perf_counter() - t
+    x_true = truth.pos_counts / n
+    draws = est.x[None] if est.draws is None else est.draws.T            # (D, P)
+    s_pos = np.repeat(est.n_sampled, np.diff(est.offsets)).astype(np.float64)
+    depth = x_true * s_pos
+    pred = mean_metric(draws, est.offsets, n, mode)
+    at_k = mean_metric(x_true[None], est.offsets, n, mode)
+    x_hat = draws.mean(axis=0)
+    bands = []
+    for lo, hi in BANDS:
+        sel = (depth >= lo) & (depth < hi)
+        fixed = draws.copy()
+        fixed[:, sel] = x_true[sel]
+        moved = pred - mean_metric(fixed, est.offsets, n, mode)
+        pos = sel & (x_true > 0)
+        ratio = float(np.median(np.log10(np.maximum(x_hat[pos], 1e-300) / x_true[pos]))) if pos.any() else float("nan")
+        bands.append({"band": [lo, hi], "positives": int(sel.sum()), "zero_count": int((sel & (x_true == 0)).sum()),
+                      "carries": moved, "median_log10_ratio": ratio})
+    return {"set": name, "fraction": fraction, "draw": draw, "method": method, "n": n, "s": float(est.n_sampled.max()),
+            "error_law": pred - at_k, "error_truth": pred - float(man["truth_map_at_1000"]), "pred": pred,
+            "bands": bands, "fit_seconds": secs}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default=",".join(SEEN_REAL_SETS))
+    ap.add_argument("--fractions", default="0.01,0.05")
+    ap.add_argument("--draw", type=int, default=0)
+    ap.add_argument("--method", default="evt-eb")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    mode = "expected" if a.method == "evt-eb" else "plugin"
+    rows = []
+    print("| set | S/N | error vs law at K/N | vs truth | " + " | ".join(
+        f"x S in [{lo:g}, {hi:g}): n (K = 0), carries, log10 ratio" for lo, hi in BANDS) + " | sum of bands |")
+    print("|---|---|---|---|" + "---|" * len(BANDS) + "---|")
+    for name in a.sets.split(","):
+        if name not in SEEN_REAL_SETS:
+            raise SystemExit(f"--sets {name}: not a seen real set ({', '.join(SEEN_REAL_SETS)})")
+        for f in (float(x) for x in a.fractions.split(",")):
+            r = real_cell(name, f, a.draw, a.method, mode)
+            rows.append(r)
+            print(f"| {name} | {f:.0%} | {r['error_law']:+.4f} | {r['error_truth']:+.4f} | "
+                  + " | ".join(f"{b['positives']} ({b['zero_count']}), {b['carries']:+.4f}, {b['median_log10_ratio']:+.2f}"
+                               for b in r["bands"])
+                  + f" | {sum(b['carries'] for b in r['bands']):+.4f} |", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

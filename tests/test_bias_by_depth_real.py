@@ -1,0 +1,54 @@
+"""benchmarks/bias_by_depth_real.py: the depth bands of a real set's positives, from its committed
+truth counts, and what each band carries."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmark_modules import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bd():
+    return load_benchmark("bias_by_depth_real.py", "bias_by_depth_real")
+
+
+def _truth(bd, name):
+    from rscale.store.sample_stats_file import read_sample_stats
+    data = bd.HERE / name / "data"
+    return read_sample_stats(data / "truth.sample_stats.parquet"), json.loads((data / "manifest.json").read_text())
+
+
+def test_an_estimate_equal_to_the_realised_hardness_carries_nothing(bd, monkeypatch):
+    """With the estimator replaced by x = K / N (every positive's full-pool count over the pool),
+    no band moves the prediction and the error against the law at K / N is 0: the bands measure
+    the estimate's departure from the realised hardness and nothing else."""
+    from rscale.core.estimators import methods
+    from rscale.core.estimators.base import HardnessEstimate
+    truth, man = _truth(bd, "realset2")
+
+    def exact(ss, method):
+        return HardnessEstimate(method="exact", x=truth.pos_counts / man["pool"], offsets=ss.pos_offsets,
+                                rule=np.full(ss.n_positives, "count"), n_sampled=ss.n_sampled.copy(), params={})
+
+    monkeypatch.setattr(methods, "estimate", exact)
+    r = bd.real_cell("realset2", 0.05, 0, "exact", "expected")
+    assert r["error_law"] == 0.0 and all(b["carries"] == 0.0 for b in r["bands"])
+    assert all(b["median_log10_ratio"] == 0.0 for b in r["bands"] if b["positives"] > b["zero_count"])
+
+
+def test_the_bands_partition_the_positives_and_put_every_zero_count_in_the_first(bd):
+    truth, man = _truth(bd, "realset2")
+    r = bd.real_cell("realset2", 0.05, 0, "count", "plugin")
+    assert sum(b["positives"] for b in r["bands"]) == truth.n_positives == man["positives"]
+    zero = int(np.sum(truth.pos_counts == 0))
+    assert r["bands"][0]["zero_count"] == zero > 0 and all(b["zero_count"] == 0 for b in r["bands"][1:])
+    assert r["n"] == man["pool"] and r["s"] < man["pool"]
+
+
+def test_a_held_out_set_is_refused(bd):
+    with pytest.raises(SystemExit, match="not a seen real set"):
+        bd.main(["--sets", "realset8"])
