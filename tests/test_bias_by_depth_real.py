@@ -52,3 +52,4 @@ def test_the_bands_partition_the_positives_and_put_every_zero_count_in_the_first
 def test_a_held_out_set_is_refused(bd):
     with pytest.raises(SystemExit, match="not a seen real set"):
         bd.main(["--sets", "realset8"])
+

@@ -92,3 +92,10 @@ def test_the_committed_set_is_whole_and_consistent():
     check_real_set_data(DATA, man, n_brute=100)
     qids = set(pq.read_table(DATA / "qrels.parquet")["query_id"].to_pylist())
     assert len(qids) == 500 and not {q.rsplit("/", 1)[1] for q in qids} & build.excluded_query_stems()
+
+
+def test_the_accuracy_table_does_not_list_the_held_out_real_set():
+    """realset8 is held out (docs/realset8.md): no seen-set list names it until a round spends it."""
+    at = load_benchmark("accuracy_table.py", "accuracy_table_for_realset8_test")
+    et = load_benchmark("edge_transfer.py", "edge_transfer_for_realset8")
+    assert "realset8" not in at.REAL_SETS and "realset8" not in et.SEEN_REAL_SETS
