@@ -14,6 +14,13 @@ error is printed against the law's value under x = K / N in the same mode (``law
 realised hardness predicts, which in expected mode spreads each count K into Binomial(N, K / N))
 and against the realised truth (``truth``, the manifest's mAP@1000).
 
+A second table splits the positives the draw counts nothing above (c = 0) by how far above the
+draw's top score they sit, in units of the spread of its top ten scores (g = (score - top_1) /
+(top_1 - top_10)), and compares, per bin, the full-pool counts K with the estimate's expected
+counts N x_hat: the share with K = 0, the means and the medians. A tail model matched in the mean
+gives mean N x_hat = mean K in every bin; over-dispersed counts (many zeros and a few large K at
+the same x_hat) show as a K = 0 share above the model's e^(-N x_hat) at equal means.
+
 Seen sets only (edge_transfer.SEEN_REAL_SETS): a held-out set is refused.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth_real.py [--sets realset,realset3]
@@ -34,6 +41,30 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bias_by_depth import BANDS, mean_metric  # noqa: E402
 from edge_transfer import SEEN_REAL_SETS  # noqa: E402
+
+GAP_BINS = ((-np.inf, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))   # g, in top-10 spreads
+
+
+def by_gap(ss, x_hat, k_full, n: float) -> list:
+    """Per bin of g (module docstring) of the positives with sampled count 0: positives, the share
+    with K = 0, mean and median K, mean and median N x_hat, and the model's own P(K = 0),
+    the mean of exp(-N x_hat)."""
+    pq = ss.positive_query()
+    top = ss.top_scores[pq, 0]
+    spread = np.maximum(top - ss.top_scores[pq, min(9, ss.top_scores.shape[1] - 1)], 1e-12)
+    g = (ss.pos_scores - top) / spread
+    beyond = ss.pos_counts == 0
+    out = []
+    for lo, hi in GAP_BINS:
+        m = beyond & (g >= lo) & (g < hi)
+        if not m.any():
+            continue
+        lam = n * x_hat[m]
+        out.append({"gap": [lo, hi], "positives": int(m.sum()), "k_zero_share": float(np.mean(k_full[m] == 0)),
+                    "model_k_zero_share": float(np.mean(np.exp(-lam))), "mean_k": float(k_full[m].mean()),
+                    "mean_model_k": float(lam.mean()), "median_k": float(np.median(k_full[m])),
+                    "median_model_k": float(np.median(lam))})
+    return out
 
 
 def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb", mode: str = "expected",
@@ -69,7 +100,7 @@ def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb",
                       "carries": moved, "median_log10_ratio": ratio})
     return {"set": name, "fraction": fraction, "draw": draw, "method": method, "n": n, "s": float(est.n_sampled.max()),
             "error_law": pred - at_k, "error_truth": pred - float(man["truth_map_at_1000"]), "pred": pred,
-            "bands": bands, "fit_seconds": secs}
+            "bands": bands, "gaps": by_gap(ss, x_hat, truth.pos_counts, n), "fit_seconds": secs}
 
 
 def main(argv=None):
@@ -95,6 +126,15 @@ def main(argv=None):
                   + " | ".join(f"{b['positives']} ({b['zero_count']}), {b['carries']:+.4f}, {b['median_log10_ratio']:+.2f}"
                                for b in r["bands"])
                   + f" | {sum(b['carries'] for b in r['bands']):+.4f} |", flush=True)
+    print("\n| set | S/N | g = gap above the top / top-10 spread | positives (c = 0) | K = 0 share: pool, model "
+          "| mean K: pool, model | median K: pool, model |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        for b in r["gaps"]:
+            lo, hi = b["gap"]
+            print(f"| {r['set']} | {r['fraction']:.0%} | [{lo:g}, {hi:g}) | {b['positives']} | {b['k_zero_share']:.2f}, "
+                  f"{b['model_k_zero_share']:.2f} | {b['mean_k']:.2f}, {b['mean_model_k']:.2f} | "
+                  f"{b['median_k']:.1f}, {b['median_model_k']:.2f} |")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

@@ -53,3 +53,22 @@ def test_a_held_out_set_is_refused(bd):
     with pytest.raises(SystemExit, match="not a seen real set"):
         bd.main(["--sets", "realset8"])
 
+
+
+def test_the_gap_bins_hold_the_uncounted_positives_and_their_counts(bd):
+    """The second table: every positive the draw counts nothing above falls in one gap bin, and a
+    bin's figures are its positives' own (recomputed here for one bin)."""
+    from rscale.store.sample_stats_file import read_sample_stats
+    truth, man = _truth(bd, "realset2")
+    ss = read_sample_stats(bd.HERE / "realset2" / "data" / "draw-05pct-0.sample_stats.parquet")
+    x_hat = np.full(ss.n_positives, 1.0 / man["pool"])                # the model: one expected count each
+    bins = bd.by_gap(ss, x_hat, truth.pos_counts, float(man["pool"]))
+    assert sum(b["positives"] for b in bins) == int(np.sum(ss.pos_counts == 0))
+    assert all(b["mean_model_k"] == pytest.approx(1.0) and b["model_k_zero_share"] == pytest.approx(np.exp(-1.0))
+               for b in bins)
+    pq = ss.positive_query()
+    top = ss.top_scores[pq, 0]
+    g = (ss.pos_scores - top) / (top - ss.top_scores[pq, 9])
+    first = (ss.pos_counts == 0) & (g < 0.5)
+    assert bins[0]["gap"][1] == 0.5 and bins[0]["positives"] == int(first.sum())
+    assert bins[0]["mean_k"] == pytest.approx(float(truth.pos_counts[first].mean()))
