@@ -21,10 +21,15 @@ counts N x_hat: the share with K = 0, the means and the medians. A tail model ma
 gives mean N x_hat = mean K in every bin; over-dispersed counts (many zeros and a few large K at
 the same x_hat) show as a K = 0 share above the model's e^(-N x_hat) at equal means.
 
+With ``--halves``, a third table asks whether the sample itself sees the same: the draw's first
+replicate split (``rscale.core.replicates.replicate_halves``), evt-eb fitted on each half, and for
+the positives one half counts nothing above, the other half's counts against the first half's
+model, in both directions, by the same bins of g (computed within the fitted half).
+
 Seen sets only (edge_transfer.SEEN_REAL_SETS): a held-out set is refused.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth_real.py [--sets realset,realset3]
-     [--fractions 0.01,0.05] [--draw 0] [--json rows.json]
+     [--fractions 0.01,0.05] [--draw 0] [--halves] [--json rows.json]
 """
 
 from __future__ import annotations
@@ -64,6 +69,34 @@ def by_gap(ss, x_hat, k_full, n: float) -> list:
                     "model_k_zero_share": float(np.mean(np.exp(-lam))), "mean_k": float(k_full[m].mean()),
                     "mean_model_k": float(lam.mean()), "median_k": float(np.median(k_full[m])),
                     "median_model_k": float(np.median(lam))})
+    return out
+
+
+def halves_by_gap(ss, method: str = "evt-eb") -> list:
+    """The third table's bins (module docstring) for one draw: per bin, positives, the other
+    half's K = 0 share against the model's mean e^(-mu), and its mean count against mu."""
+    from rscale.core.estimators.methods import estimate
+    from rscale.core.replicates import replicate_halves
+    a, b = replicate_halves(ss, 0, splits=8)
+    g, mu, other = [], [], []
+    for x, y in ((a, b), (b, a)):
+        est = estimate(x, method)
+        x_hat = est.x if est.draws is None else est.draws.mean(axis=1)
+        pq = x.positive_query()
+        top = x.top_scores[pq, 0]
+        spread = np.maximum(top - x.top_scores[pq, min(9, x.top_scores.shape[1] - 1)], 1e-12)
+        m = x.pos_counts == 0
+        g.append(((x.pos_scores - top) / spread)[m])
+        mu.append((x_hat * y.n_sampled[pq])[m])
+        other.append(y.pos_counts[m])
+    g, mu, other = (np.concatenate(v) for v in (g, mu, other))
+    out = []
+    for lo, hi in GAP_BINS:
+        m = (g >= lo) & (g < hi)
+        if m.any():
+            out.append({"gap": [lo, hi], "positives": int(m.sum()), "k_zero_share": float(np.mean(other[m] == 0)),
+                        "model_k_zero_share": float(np.mean(np.exp(-mu[m]))), "mean_k": float(other[m].mean()),
+                        "mean_model_k": float(mu[m].mean())})
     return out
 
 
@@ -110,6 +143,7 @@ def main(argv=None):
     ap.add_argument("--draw", type=int, default=0)
     ap.add_argument("--method", default="evt-eb")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--halves", action="store_true", help="also the third table (the draw's own halves)")
     a = ap.parse_args(argv)
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
@@ -135,6 +169,20 @@ def main(argv=None):
             print(f"| {r['set']} | {r['fraction']:.0%} | [{lo:g}, {hi:g}) | {b['positives']} | {b['k_zero_share']:.2f}, "
                   f"{b['model_k_zero_share']:.2f} | {b['mean_k']:.2f}, {b['mean_model_k']:.2f} | "
                   f"{b['median_k']:.1f}, {b['median_model_k']:.2f} |")
+    if a.halves:
+        from rscale.store.sample_stats_file import read_sample_stats
+        print("\n| set | S/N | g (within the fitted half) | positives (c = 0 in it) | other half's K = 0 share: "
+              "observed, model | other half's mean count: observed, model |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            ss = read_sample_stats(HERE / r["set"] / "data" /
+                                   f"draw-{round(r['fraction'] * 100):02d}pct-{r['draw']}.sample_stats.parquet")
+            r["halves"] = halves_by_gap(ss, r["method"])
+            for b in r["halves"]:
+                lo, hi = b["gap"]
+                print(f"| {r['set']} | {r['fraction']:.0%} | [{lo:g}, {hi:g}) | {b['positives']} | "
+                      f"{b['k_zero_share']:.2f}, {b['model_k_zero_share']:.2f} | {b['mean_k']:.3f}, {b['mean_model_k']:.3f} |",
+                      flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

@@ -72,3 +72,16 @@ def test_the_gap_bins_hold_the_uncounted_positives_and_their_counts(bd):
     first = (ss.pos_counts == 0) & (g < 0.5)
     assert bins[0]["gap"][1] == 0.5 and bins[0]["positives"] == int(first.sum())
     assert bins[0]["mean_k"] == pytest.approx(float(truth.pos_counts[first].mean()))
+
+
+def test_the_halves_table_counts_each_uncounted_positive_of_each_half_once(bd):
+    """The third table: the positives one half counts nothing above, in both directions, each in
+    one bin; a model of zero hardness would expect no count and a K = 0 share of 1."""
+    from rscale.core.replicates import replicate_halves
+    from rscale.store.sample_stats_file import read_sample_stats
+    ss = read_sample_stats(bd.HERE / "realset2" / "data" / "draw-05pct-0.sample_stats.parquet")
+    bins = bd.halves_by_gap(ss, "count")                     # count: x = c / S, 0 where the half counts nothing
+    a, b = replicate_halves(ss, 0, splits=8)
+    assert sum(x["positives"] for x in bins) == int(np.sum(a.pos_counts == 0) + np.sum(b.pos_counts == 0))
+    assert all(x["mean_model_k"] == 0.0 and x["model_k_zero_share"] == 1.0 for x in bins)
+    assert any(x["mean_k"] > 0 for x in bins)                # the other half does count some of them
