@@ -40,6 +40,18 @@ def mean_metric(draws, offsets, n, mode):
     return float(np.mean(law.per_query(h, "AP", n, 1000, mode), axis=0).mean())
 
 
+def band_moves(draws, x_true, offsets, depth, n, mode, pred) -> list:
+    """[(selection, moved)] per band of ``depth``: the positives in it, and how far the predicted
+    mean metric ``pred`` moves when their draws are set to ``x_true``."""
+    out = []
+    for lo, hi in BANDS:
+        sel = (depth >= lo) & (depth < hi)
+        fixed = draws.copy()
+        fixed[:, sel] = x_true[sel]
+        out.append((sel, pred - mean_metric(fixed, offsets, n, mode)))
+    return out
+
+
 def cell(spec, f, seed, method, mode):
     from rscale import sim
     from rscale.core.estimators.methods import estimate
@@ -59,11 +71,7 @@ def cell(spec, f, seed, method, mode):
     realised = float(sim.truth(bench, ss, N_SIM, "AP", 1000, seed=seed).mean())
     x_hat = draws.mean(axis=0)
     bands = []
-    for lo, hi in BANDS:
-        sel = (depth >= lo) & (depth < hi)
-        fixed = draws.copy()
-        fixed[:, sel] = x_true[sel]
-        moved = pred - mean_metric(fixed, est.offsets, N_SIM, mode)
+    for (lo, hi), (sel, moved) in zip(BANDS, band_moves(draws, x_true, est.offsets, depth, N_SIM, mode, pred)):
         ratio = np.log10(np.maximum(x_hat[sel], 1e-300) / x_true[sel]) if sel.any() else np.array([np.nan])
         bands.append({"band": [lo, hi], "positives": int(sel.sum()), "carries": moved,
                       "median_log10_ratio": float(np.median(ratio))})

@@ -44,7 +44,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bias_by_depth import BANDS, mean_metric  # noqa: E402
+from bias_by_depth import BANDS, band_moves, mean_metric  # noqa: E402
 from edge_transfer import SEEN_REAL_SETS  # noqa: E402
 
 GAP_BINS = ((-np.inf, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))   # g, in top-10 spreads
@@ -122,11 +122,7 @@ def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb",
     at_k = mean_metric(x_true[None], est.offsets, n, mode)
     x_hat = draws.mean(axis=0)
     bands = []
-    for lo, hi in BANDS:
-        sel = (depth >= lo) & (depth < hi)
-        fixed = draws.copy()
-        fixed[:, sel] = x_true[sel]
-        moved = pred - mean_metric(fixed, est.offsets, n, mode)
+    for (lo, hi), (sel, moved) in zip(BANDS, band_moves(draws, x_true, est.offsets, depth, n, mode, pred)):
         pos = sel & (x_true > 0)
         ratio = float(np.median(np.log10(np.maximum(x_hat[pos], 1e-300) / x_true[pos]))) if pos.any() else float("nan")
         bands.append({"band": [lo, hi], "positives": int(sel.sum()), "zero_count": int((sel & (x_true == 0)).sum()),
