@@ -85,3 +85,22 @@ def test_the_halves_table_counts_each_uncounted_positive_of_each_half_once(bd):
     assert sum(x["positives"] for x in bins) == int(np.sum(a.pos_counts == 0) + np.sum(b.pos_counts == 0))
     assert all(x["mean_model_k"] == 0.0 and x["model_k_zero_share"] == 1.0 for x in bins)
     assert any(x["mean_k"] > 0 for x in bins)                # the other half does count some of them
+
+
+def test_the_floor_probe_keeps_the_mean_and_moves_only_the_far_positives():
+    """benchmarks/edge_floor_probe.py: the floor adds rho to the far positives' mean over the draws
+    whatever its share pi, in the same draws for every positive of a query, and nowhere else."""
+    fp = load_benchmark("edge_floor_probe.py", "edge_floor_probe")
+    rng = np.random.default_rng(5)
+    draws = rng.uniform(0, 1e-4, (40, 16))
+    pq = np.repeat(np.arange(10), 4)
+    far = rng.random(40) < 0.5
+    for share in (1.0, 0.25, 1 / 16):
+        out = fp.with_floor(draws, far, pq, 10, 2e-5, share)
+        np.testing.assert_allclose(out.mean(axis=1) - draws.mean(axis=1), np.where(far, 2e-5, 0.0), atol=1e-15)
+        moved = out != draws
+        for q in range(10):
+            rows = moved[(pq == q) & far]
+            assert (rows == rows[0]).all() and rows[0].sum() == max(round(share * 16), 1)
+    with pytest.raises(SystemExit, match="not a seen real set"):
+        fp.main(["--sets", "realset8"])
