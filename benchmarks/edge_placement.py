@@ -107,6 +107,9 @@ def main(argv=None):
     bad = sum(abs(shipped(r) - r["value"]) > 1e-12 for r in rows)
     print(f"{len(rows)} cells ({sum(group(r) == 'sim' for r in rows)} simulator, "
           f"{sum(group(r) == 'real' for r in rows)} real); shipped point rebuilt, mismatches: {bad}")
+    if bad:
+        raise SystemExit(f"{a.rows}: {bad} rows' point is not what edge_weight places today; reread them with "
+                         "benchmarks/interval_components.py before comparing rules")
     table = mae_table(rows)
     keys = [(g, f) for g in ("sim", "real") for f in FRACTIONS]
     print("| point | " + " | ".join(f"{g} {f:.0%}" for g, f in keys) + " |")

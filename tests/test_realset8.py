@@ -99,3 +99,24 @@ def test_the_accuracy_table_does_not_list_the_held_out_real_set():
     at = load_benchmark("accuracy_table.py", "accuracy_table_for_realset8_test")
     et = load_benchmark("edge_transfer.py", "edge_transfer_for_realset8")
     assert "realset8" not in at.REAL_SETS and "realset8" not in et.SEEN_REAL_SETS
+
+
+def test_the_svg_listing_keeps_each_real_file_once_and_only_under_a_size_folder(monkeypatch, tmp_path):
+    """list_files(".svg"): the package's SVG files, symlinks resolved to one real file, those whose
+    real path names no size left out; the PNG listing of the same package is untouched by it."""
+    embed = _load().realset6_build().icon_build("embed")
+    root = tmp_path / "usr" / "share" / "icons" / "T"
+    for folder in ("48x48/apps", "16x16/apps", "symbolic/apps", "scalable/apps"):
+        (root / folder).mkdir(parents=True)
+    for folder in ("48x48/apps", "16x16/apps", "symbolic/apps", "scalable/apps"):
+        (root / folder / "mail.svg").write_text("<svg/>")
+    (root / "48x48" / "apps" / "mail-alias.svg").symlink_to(root / "48x48" / "apps" / "mail.svg")
+    (root / "48x48" / "apps" / "mail.png").write_bytes(b"")
+    listed = [str(p) for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()]
+    monkeypatch.setattr(embed.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 0, stdout="\n".join(listed) + "\n"))
+    svgs = embed.list_files(["pkg"], ".svg")
+    assert [(p, Path(f).relative_to(root).as_posix(), Path(r).relative_to(root).as_posix()) for p, f, r in svgs] == [
+        ("pkg", "16x16/apps/mail.svg", "16x16/apps/mail.svg"),
+        ("pkg", "48x48/apps/mail-alias.svg", "48x48/apps/mail.svg")]      # the alias lists first; one real file
+    assert [Path(r).name for _, _, r in embed.list_files(["pkg"])] == ["mail.png"]
