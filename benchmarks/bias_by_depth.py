@@ -13,7 +13,7 @@ against the law's own value under the true x (what a perfect estimate would pred
 noise is not in it; the realised truth is printed too. Also per band: the median of
 log10(x_hat / x) (negative: estimated too easy).
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth.py [--sets design,fresh5] [--method evt-eb]
+Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth.py [--sets design,fresh5] [--method evt-eb] [-p xi_max=0]
      [--fractions 0.01,0.05] [--json rows.json]
 """
 
@@ -52,14 +52,14 @@ def band_moves(draws, x_true, offsets, depth, n, mode, pred) -> list:
     return out
 
 
-def cell(spec, f, seed, method, mode):
+def cell(spec, f, seed, method, mode, params=None):
     from rscale import sim
     from rscale.core.estimators.methods import estimate
     bench = sim.simulate(spec, seed=seed)
     s = int(f * N_SIM)
     ss = sim.sample(bench, s, k=min(4000, s), seed=seed)
     t = time.perf_counter()
-    est = estimate(ss, method)
+    est = estimate(ss, method, **(params or {}))
     secs = time.perf_counter() - t
     assert np.array_equal(est.offsets, bench.pos_offsets)
     x_true = bench.pos_x
@@ -87,7 +87,15 @@ def main(argv=None):
     ap.add_argument("--method", default="evt-eb")
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--json", default=None)
+    ap.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                    help="an estimator parameter, as `rscale estimate -p` takes it (a variant to compare)")
     a = ap.parse_args(argv)
+    from rscale.api.estimation import estimator_params
+    from rscale.errors import InvalidArgumentError
+    try:
+        params = estimator_params(a.method, a.params)
+    except InvalidArgumentError as exc:
+        raise SystemExit(f"-p: {exc}") from None
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
     print("| set | scenario | S/N | error | " + " | ".join(f"x S in [{lo:g}, {hi:g}): n, carries, log10 ratio"
@@ -100,8 +108,8 @@ def main(argv=None):
         for name, family, hl, nq in scenarios:
             spec = SimSpec(name=name, family=family, n_queries=nq, hardness=hl)
             for f in (float(x) for x in a.fractions.split(",")):
-                r = cell(spec, f, 7 + offset, a.method, mode)
-                r.update(set=which, scenario=name, fraction=f, method=a.method)
+                r = cell(spec, f, 7 + offset, a.method, mode, params)
+                r.update(set=which, scenario=name, fraction=f, method=a.method, params=params)
                 rows.append(r)
                 print(f"| {which} | {name} | {f:.0%} | {r['error']:+.4f} | "
                       + " | ".join(f"{b['positives']}, {b['carries']:+.4f}, {b['median_log10_ratio']:+.2f}" for b in r["bands"])

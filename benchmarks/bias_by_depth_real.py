@@ -29,7 +29,7 @@ model, in both directions, by the same bins of g (computed within the fitted hal
 Seen sets only (edge_transfer.SEEN_REAL_SETS): a held-out set is refused.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bias_by_depth_real.py [--sets realset,realset3]
-     [--fractions 0.01,0.05] [--draw 0] [--halves] [--json rows.json]
+     [--fractions 0.01,0.05] [--draw 0] [--halves] [-p xi_max=0] [--json rows.json]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def by_gap(ss, x_hat, k_full, n: float) -> list:
     return out
 
 
-def halves_by_gap(ss, method: str = "evt-eb") -> list:
+def halves_by_gap(ss, method: str = "evt-eb", params: dict | None = None) -> list:
     """The third table's bins (module docstring) for one draw: per bin, positives, the other
     half's K = 0 share against the model's mean e^(-mu), and its mean count against mu."""
     from rscale.core.estimators.methods import estimate
@@ -80,7 +80,7 @@ def halves_by_gap(ss, method: str = "evt-eb") -> list:
     a, b = replicate_halves(ss, 0, splits=8)
     g, mu, other = [], [], []
     for x, y in ((a, b), (b, a)):
-        est = estimate(x, method)
+        est = estimate(x, method, **(params or {}))
         x_hat = est.x if est.draws is None else est.draws.mean(axis=1)
         pq = x.positive_query()
         top = x.top_scores[pq, 0]
@@ -101,7 +101,7 @@ def halves_by_gap(ss, method: str = "evt-eb") -> list:
 
 
 def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb", mode: str = "expected",
-              root: Path = HERE) -> dict:
+              root: Path = HERE, params: dict | None = None) -> dict:
     from rscale.core.estimators.methods import estimate
     from rscale.store.sample_stats_file import read_sample_stats
     data = root / name / "data"
@@ -112,7 +112,7 @@ def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb",
     if not np.array_equal(ss.pos_offsets, truth.pos_offsets):
         raise SystemExit(f"{name}: the draw's positives are not the truth's")
     t = time.perf_counter()
-    est = estimate(ss, method)
+    est = estimate(ss, method, **(params or {}))
     secs = time.perf_counter() - t
     x_true = truth.pos_counts / n
     draws = est.x[None] if est.draws is None else est.draws.T            # (D, P)
@@ -127,7 +127,7 @@ def real_cell(name: str, fraction: float, draw: int = 0, method: str = "evt-eb",
         ratio = float(np.median(np.log10(np.maximum(x_hat[pos], 1e-300) / x_true[pos]))) if pos.any() else float("nan")
         bands.append({"band": [lo, hi], "positives": int(sel.sum()), "zero_count": int((sel & (x_true == 0)).sum()),
                       "carries": moved, "median_log10_ratio": ratio})
-    return {"set": name, "fraction": fraction, "draw": draw, "method": method, "n": n, "s": float(est.n_sampled.max()),
+    return {"set": name, "fraction": fraction, "draw": draw, "method": method, "params": params or {}, "n": n, "s": float(est.n_sampled.max()),
             "error_law": pred - at_k, "error_truth": pred - float(man["truth_map_at_1000"]), "pred": pred,
             "bands": bands, "gaps": by_gap(ss, x_hat, truth.pos_counts, n), "fit_seconds": secs}
 
@@ -140,7 +140,15 @@ def main(argv=None):
     ap.add_argument("--method", default="evt-eb")
     ap.add_argument("--json", default=None)
     ap.add_argument("--halves", action="store_true", help="also the third table (the draw's own halves)")
+    ap.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                    help="an estimator parameter, as `rscale estimate -p` takes it (a variant to compare)")
     a = ap.parse_args(argv)
+    from rscale.api.estimation import estimator_params
+    from rscale.errors import InvalidArgumentError
+    try:
+        params = estimator_params(a.method, a.params)
+    except InvalidArgumentError as exc:
+        raise SystemExit(f"-p: {exc}") from None
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
     print("| set | S/N | error vs law at K/N | vs truth | " + " | ".join(
@@ -150,7 +158,7 @@ def main(argv=None):
         if name not in SEEN_REAL_SETS:
             raise SystemExit(f"--sets {name}: not a seen real set ({', '.join(SEEN_REAL_SETS)})")
         for f in (float(x) for x in a.fractions.split(",")):
-            r = real_cell(name, f, a.draw, a.method, mode)
+            r = real_cell(name, f, a.draw, a.method, mode, params=params)
             rows.append(r)
             print(f"| {name} | {f:.0%} | {r['error_law']:+.4f} | {r['error_truth']:+.4f} | "
                   + " | ".join(f"{b['positives']} ({b['zero_count']}), {b['carries']:+.4f}, {b['median_log10_ratio']:+.2f}"
@@ -173,7 +181,7 @@ def main(argv=None):
         for r in rows:
             ss = read_sample_stats(HERE / r["set"] / "data" /
                                    f"draw-{round(r['fraction'] * 100):02d}pct-{r['draw']}.sample_stats.parquet")
-            r["halves"] = halves_by_gap(ss, r["method"])
+            r["halves"] = halves_by_gap(ss, r["method"], params)
             for b in r["halves"]:
                 lo, hi = b["gap"]
                 print(f"| {r['set']} | {r['fraction']:.0%} | [{lo:g}, {hi:g}) | {b['positives']} | "

@@ -106,3 +106,15 @@ def test_the_floor_probe_keeps_the_mean_and_moves_only_the_far_positives():
         assert moved[far].any() and not moved[~far].any()
     with pytest.raises(SystemExit, match="not a seen real set"):
         fp.main(["--sets", "realset8"])
+
+
+def test_an_estimator_parameter_reaches_the_fit_and_a_bad_one_is_one_line(bd, monkeypatch):
+    """-p name=value is parsed as `rscale estimate -p` parses it and handed to every fit."""
+    from rscale.core.estimators import methods
+    seen = []
+    real = methods.estimate
+    monkeypatch.setattr(methods, "estimate", lambda ss, m, **kw: seen.append(kw) or real(ss, m, **kw))
+    bd.main(["--sets", "realset2", "--fractions", "0.05", "--method", "evt-eb", "-p", "xi_max=0", "-p", "cluster=off"])
+    assert seen == [{"xi_max": 0, "cluster": "off"}]
+    with pytest.raises(SystemExit, match="^-p: .*xi_max"):
+        bd.main(["--sets", "realset2", "-p", "xi_max=high"])
