@@ -40,6 +40,24 @@ def mean_metric(draws, offsets, n, mode):
     return float(np.mean(law.per_query(h, "AP", n, 1000, mode), axis=0).mean())
 
 
+def add_estimator_options(ap) -> None:
+    """``--method`` and ``-p NAME=VALUE`` (repeated): the estimator and its parameters."""
+    ap.add_argument("--method", default="evt-eb")
+    ap.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
+                    help="an estimator parameter, as `rscale estimate -p` takes it (a variant to compare)")
+
+
+def estimator_options(a) -> dict:
+    """The parsed ``-p`` parameters of :func:`add_estimator_options`, checked as `rscale estimate`
+    checks them; a bad one stops with one line."""
+    from rscale.api.estimation import estimator_params
+    from rscale.errors import InvalidArgumentError
+    try:
+        return estimator_params(a.method, a.params)
+    except InvalidArgumentError as exc:
+        raise SystemExit(f"-p: {exc}") from None
+
+
 def band_moves(draws, x_true, offsets, depth, n, mode, pred) -> list:
     """[(selection, moved)] per band of ``depth``: the positives in it, and how far the predicted
     mean metric ``pred`` moves when their draws are set to ``x_true``."""
@@ -84,18 +102,11 @@ def main(argv=None):
     from rscale.sim.benchmark import SimSpec
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", default="design,fresh5")
-    ap.add_argument("--method", default="evt-eb")
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--json", default=None)
-    ap.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
-                    help="an estimator parameter, as `rscale estimate -p` takes it (a variant to compare)")
+    add_estimator_options(ap)
     a = ap.parse_args(argv)
-    from rscale.api.estimation import estimator_params
-    from rscale.errors import InvalidArgumentError
-    try:
-        params = estimator_params(a.method, a.params)
-    except InvalidArgumentError as exc:
-        raise SystemExit(f"-p: {exc}") from None
+    params = estimator_options(a)
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
     print("| set | scenario | S/N | error | " + " | ".join(f"x S in [{lo:g}, {hi:g}): n, carries, log10 ratio"

@@ -44,7 +44,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bias_by_depth import BANDS, band_moves, mean_metric  # noqa: E402
+from bias_by_depth import BANDS, add_estimator_options, band_moves, estimator_options, mean_metric  # noqa: E402
 from edge_transfer import SEEN_REAL_SETS  # noqa: E402
 
 GAP_BINS = ((-np.inf, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))   # g, in top-10 spreads
@@ -137,18 +137,11 @@ def main(argv=None):
     ap.add_argument("--sets", default=",".join(SEEN_REAL_SETS))
     ap.add_argument("--fractions", default="0.01,0.05")
     ap.add_argument("--draw", type=int, default=0)
-    ap.add_argument("--method", default="evt-eb")
+    add_estimator_options(ap)
     ap.add_argument("--json", default=None)
     ap.add_argument("--halves", action="store_true", help="also the third table (the draw's own halves)")
-    ap.add_argument("-p", dest="params", action="append", default=[], metavar="NAME=VALUE",
-                    help="an estimator parameter, as `rscale estimate -p` takes it (a variant to compare)")
     a = ap.parse_args(argv)
-    from rscale.api.estimation import estimator_params
-    from rscale.errors import InvalidArgumentError
-    try:
-        params = estimator_params(a.method, a.params)
-    except InvalidArgumentError as exc:
-        raise SystemExit(f"-p: {exc}") from None
+    params = estimator_options(a)
     mode = "expected" if a.method == "evt-eb" else "plugin"
     rows = []
     print("| set | S/N | error vs law at K/N | vs truth | " + " | ".join(
